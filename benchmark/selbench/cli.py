@@ -1,0 +1,154 @@
+"""``selbench`` command line: run, validate, plugins, leaderboard.
+
+Exit codes: 0 success, 1 a run failed (a plugin or the data misbehaved), 2 bad input
+(malformed spec, unknown plugin, bad arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from selbench import __version__
+
+EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _err(msg: str) -> None:
+    print(f"selbench: error: {msg}", file=sys.stderr)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from selbench.spec import load_spec
+
+    resolved = load_spec(args.spec, overrides=args.set or [])
+    n_cells = 0
+    for exp in resolved.spec.experiments:
+        per = len(exp.betas) if exp.train_beta == "per_beta" else 1
+        n_cells += len(exp.methods) * len(resolved.spec.seeds) * per
+    print(
+        f"{args.spec}: valid (spec {resolved.spec.name!r}, {len(resolved.spec.experiments)} "
+        f"experiment(s), {n_cells} cells, hash {resolved.hash()[:12]})"
+    )
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from selbench.runner import run
+
+    report = run(
+        args.spec,
+        out_dir=args.out,
+        device=args.device,
+        overrides=args.set or [],
+        cache_dir=args.cache_dir,
+        progress=not args.no_progress,
+    )
+    md = report.out_dir / "leaderboard.md"
+    if not args.quiet:
+        print(md.read_text())
+    print(
+        f"{report.computed} cell(s) computed, {report.reused} reused; results in {report.out_dir}/ "
+        f"(leaderboard.md, .csv, .json)",
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from selbench.leaderboard import write_leaderboard
+
+    paths = write_leaderboard(args.results_dir, allow_partial=args.allow_partial)
+    if not args.quiet:
+        print(paths[0].read_text())
+    print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    from selbench.api import KINDS
+    from selbench.plugins import get_registry
+
+    reg = get_registry()
+    kinds = [args.kind] if args.kind else list(KINDS)
+    for kind in kinds:
+        entries = reg.all(kind)
+        print(f"{kind} ({len(entries)})")
+        for entry in entries:
+            plugin = entry.plugin
+            print(f"  {plugin.name:<20} {plugin.describe()}  [{entry.provider}]")
+            for fname, finfo in plugin.params.model_fields.items():
+                default = "required" if finfo.is_required() else f"default {finfo.get_default(call_default_factory=True)!r}"
+                ann = getattr(finfo.annotation, "__name__", None) or str(finfo.annotation).replace("typing.", "")
+                desc = f" — {finfo.description}" if finfo.description else ""
+                print(f"      {fname}: {ann} ({default}){desc}")
+        print()
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="selbench",
+        description="Benchmark selective recalibration methods from a YAML spec.",
+    )
+    parser.add_argument("--version", action="version", version=f"selbench {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", help="run a spec and write its leaderboard")
+    p.add_argument("spec", type=Path, help="YAML spec, e.g. specs/quickstart.yaml")
+    p.add_argument("--out", type=Path, default=None, help="results directory (default results/<spec name>)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
+                   help="compute device (default: the spec's, normally auto = cuda if present)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a spec value, e.g. --set seeds=[0,1] --set experiments[0].n_fit=200")
+    p.add_argument("--cache-dir", type=Path, default=None,
+                   help="backbone-output cache (default $SELBENCH_CACHE_DIR or ~/.cache/selbench)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("-q", "--quiet", action="store_true", help="do not print the leaderboard")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("validate", help="check a spec (structure, plugins, parameters) without running")
+    p.add_argument("spec", type=Path)
+    p.add_argument("--set", action="append", metavar="KEY=VALUE")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("plugins", help="list plugins with their summaries and parameters")
+    p.add_argument("kind", nargs="?", choices=["dataset", "backbone", "selector", "recalibrator",
+                                               "loss", "scheme"])
+    p.set_defaults(func=cmd_plugins)
+
+    p = sub.add_parser("leaderboard", help="re-render the leaderboard of a results directory")
+    p.add_argument("results_dir", type=Path)
+    p.add_argument("--allow-partial", action="store_true", help="render even if cells are missing")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=cmd_leaderboard)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from selbench.data import DataError
+    from selbench.leaderboard import LeaderboardError
+    from selbench.plugins import PluginError
+    from selbench.runner import RunError
+    from selbench.spec import SpecError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SpecError as exc:
+        _err(str(exc))
+        return EXIT_BAD_INPUT
+    except PluginError as exc:
+        _err(str(exc))
+        return EXIT_BAD_INPUT
+    except (RunError, DataError, LeaderboardError, FileNotFoundError) as exc:
+        _err(str(exc))
+        return EXIT_RUN_FAILED
+    except KeyboardInterrupt:
+        _err("interrupted; finished cells are saved, rerun the same command to resume")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
