@@ -21,3 +21,40 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real model outputs not available: {SHARED_DATA} is absent")
     return SHARED_DATA
+
+
+def tiny_spec(name: str = "tiny", seeds=(0, 1), methods=None, **experiment) -> dict:
+    """A spec that runs in about a second: the paper's theory mixture, small splits."""
+    if methods is None:
+        methods = [
+            {"label": "None", "scheme": {"name": "recalibration"}},
+            {"label": "Temp. scale", "scheme": {"name": "recalibration"},
+             "recalibrator": {"name": "temperature"}},
+            {"label": "Confidence", "scheme": {"name": "recalibration"},
+             "recalibrator": {"name": "temperature"}, "selector": {"name": "confidence"}},
+        ]
+    exp = {
+        "name": "mixture",
+        "dataset": {"name": "theory-mixture",
+                    "params": {"train_size": 500, "val_size": 400, "test_size": 600}},
+        "backbone": {"name": "theory-linear"},
+        "fit_split": "val",
+        "eval_split": "test",
+        "n_fit": 300,
+        "methods": methods,
+    }
+    exp.update(experiment)
+    return {"spec_version": 1, "name": name, "seeds": list(seeds), "experiments": [exp]}
+
+
+@pytest.fixture
+def write_spec(tmp_path):
+    """Write a spec dict as YAML and return its path."""
+    import yaml
+
+    def _write(spec: dict, name: str = "spec.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        return path
+
+    return _write

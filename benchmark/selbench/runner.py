@@ -32,7 +32,7 @@ from selbench.api import FitContext
 from selbench.data import DataError, ModelOutputs
 from selbench.metrics import selective_metrics
 from selbench.spec import ExperimentSpec, MethodSpec, ResolvedSpec, content_hash, load_spec
-from selbench.store import OutputCache, atomic_write_json, atomic_write_text
+from selbench.store import OutputCache, atomic_path, atomic_write_json, atomic_write_text
 
 __all__ = ["CELL_FORMAT", "RunReport", "resolve_device", "run"]
 
@@ -76,6 +76,7 @@ def provenance(resolved: ResolvedSpec, device: str) -> dict[str, Any]:
     return {
         "selbench": selbench.__version__,
         "plugins": resolved.registry.providers(),
+        "plugin_versions": _plugin_versions(resolved),
         "spec_name": resolved.spec.name,
         "spec_hash": resolved.hash(),
         "spec_source": resolved.source,
@@ -90,6 +91,20 @@ def provenance(resolved: ResolvedSpec, device: str) -> dict[str, Any]:
         "platform": platform.platform(),
         "git_commit": _git_commit(),
     }
+
+
+def _plugin_versions(resolved: ResolvedSpec) -> dict[str, dict[str, str | None]]:
+    """``kind/name`` -> provider and version, for every plugin the spec uses."""
+    used: dict[str, dict[str, str | None]] = {}
+    for exp in resolved.spec.experiments:
+        comps = [("dataset", exp.dataset), ("backbone", exp.backbone)]
+        for m in exp.methods:
+            comps += [("scheme", m.scheme), ("selector", m.selector), ("recalibrator", m.recalibrator)]
+            comps += [("loss", c) for c in (m.loss, m.coverage) if c is not None]
+        for kind, comp in comps:
+            reg = resolved.registry.get(kind, comp.name)
+            used[f"{kind}/{comp.name}"] = {"provider": reg.provider, "version": reg.plugin.version}
+    return dict(sorted(used.items()))
 
 
 def _git_commit() -> str | None:
@@ -150,7 +165,13 @@ def experiment_outputs(
             if progress:
                 print(f"[{exp.name}] extracting {exp.backbone.name} outputs on split {split!r}",
                       file=sys.stderr)
-            outputs = backbone.extract(dataset, split, ctx)
+            try:
+                outputs = backbone.extract(dataset, split, ctx)
+            except (DataError, ValueError) as exc:
+                raise RunError(
+                    f"experiments[{e_i}] ({exp.name}): backbone {exp.backbone.name!r} on dataset "
+                    f"{exp.dataset.name!r}, split {split!r}: {exc}"
+                ) from exc
             if not isinstance(outputs, ModelOutputs):
                 raise RunError(
                     f"backbone {exp.backbone.name!r}.extract returned "
@@ -231,6 +252,13 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def _plain(domain: np.ndarray | None) -> np.ndarray:
+    """Domain ids as an array numpy can store without pickling."""
+    if domain is None:
+        return np.zeros(0)
+    return domain.astype(str) if domain.dtype == object else domain
+
+
 def _check_vector(values: Any, n: int, what: str, lo: float | None, hi: float | None) -> np.ndarray:
     arr = np.asarray(values, dtype=np.float64)
     if arr.shape != (n,):
@@ -289,8 +317,22 @@ def run_cell(
         f"{label}: selector {method.selector.name!r}.score", None, None,
     )
     delta = exp.coverage_guarantee.delta if exp.coverage_guarantee else None
-    metrics = selective_metrics(score, conf, eval_out.correct(), cell.eval_betas, delta=delta)
+    correct = eval_out.correct()
+    metrics = selective_metrics(score, conf, correct, cell.eval_betas, delta=delta)
     t2 = time.perf_counter()
+    if cell.seed == resolved.spec.seeds[0]:
+        # per-example arrays of the first seed, for reliability diagrams and histograms
+        arrays_path = cell.path.with_suffix(".npz")
+        with atomic_path(arrays_path, suffix=".npz") as tmp:
+            with open(tmp, "wb") as fh:
+                np.savez_compressed(
+                    fh,
+                    confidence=conf.astype(np.float32),
+                    raw_confidence=eval_out.confidence().astype(np.float32),
+                    score=score.astype(np.float32),
+                    correct=correct.astype(np.uint8),
+                    domain=_plain(eval_out.domain),
+                )
     return {
         "format": CELL_FORMAT,
         "key": cell.key,
@@ -316,6 +358,7 @@ def run(
     overrides: list[str] | tuple[str, ...] = (),
     cache_dir: str | Path | None = None,
     progress: bool = True,
+    plots: bool = True,
 ) -> RunReport:
     """Run every cell of ``spec`` not already finished in ``out_dir``; write the leaderboard.
 
@@ -326,6 +369,7 @@ def run(
         overrides: ``key.path=value`` strings applied before validation.
         cache_dir: where backbone outputs are cached (default :func:`default_cache_dir`).
         progress: show progress bars on stderr.
+        plots: also draw the figures into ``out_dir/plots/`` (see :mod:`selbench.plots`).
     """
     from tqdm.auto import tqdm
 
@@ -366,14 +410,19 @@ def run(
                 bar.set_postfix_str(f"{exp.name}: {exp.methods[cell.m_i].label} seed {cell.seed}")
                 try:
                     record = run_cell(resolved, cell, outputs, dev)
-                except DataError as exc:
+                except (DataError, ValueError) as exc:
                     raise RunError(
                         f"experiments[{e_i}].methods[{cell.m_i}] ({exp.methods[cell.m_i].label!r}): {exc}"
                     ) from exc
+                record["spec_hash"] = prov["spec_hash"]
                 atomic_write_json(cell.path, record)
                 report.computed += 1
                 bar.update(1)
     finally:
         bar.close()
     report.files = write_leaderboard(out)
+    if plots:
+        from selbench.plots import write_plots
+
+        report.files += write_plots(out)
     return report
