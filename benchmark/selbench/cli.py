@@ -1,4 +1,4 @@
-"""``selbench`` command line: run, validate, plugins, leaderboard.
+"""``selbench`` command line: run, validate, plugins, leaderboard, plot.
 
 Exit codes: 0 success, 1 a run failed (a plugin or the data misbehaved), 2 bad input
 (malformed spec, unknown plugin, bad arguments).
@@ -44,6 +44,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides=args.set or [],
         cache_dir=args.cache_dir,
         progress=not args.no_progress,
+        plots=not args.no_plots,
     )
     md = report.out_dir / "leaderboard.md"
     if not args.quiet:
@@ -59,11 +60,37 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from selbench.leaderboard import write_leaderboard
 
-    paths = write_leaderboard(args.results_dir, allow_partial=args.allow_partial)
+    paths = write_leaderboard(args.results_dir, out=args.out, allow_partial=args.allow_partial,
+                              allow_mixed=args.allow_mixed)
     if not args.quiet:
         print(paths[0].read_text())
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return EXIT_OK
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from selbench.plots import write_plots
+
+    try:
+        paths = write_plots(args.results_dir, out=args.out, allow_partial=args.allow_partial,
+                            allow_mixed=args.allow_mixed, beta=args.beta, formats=args.format)
+    except ValueError as exc:
+        _err(str(exc))
+        return EXIT_BAD_INPUT
+    folders = sorted({str(p.parent) for p in paths})
+    print(f"wrote {len(paths)} figure file(s) in " + ", ".join(folders), file=sys.stderr)
+    return EXIT_OK
+
+
+def _add_combine_options(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("results_dir", type=Path, nargs="+",
+                   help="results directory written by `selbench run`; several are combined")
+    p.add_argument("--out", type=Path, default=None,
+                   help=f"where to write the {what} (default: the results directory; "
+                        "required with several)")
+    p.add_argument("--allow-partial", action="store_true", help="render even if cells are missing")
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="combine results computed for different specs (spec hashes) in one table")
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
@@ -105,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", type=Path, default=None,
                    help="backbone-output cache (default $SELBENCH_CACHE_DIR or ~/.cache/selbench)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--no-plots", action="store_true", help="do not draw the figures (plots/)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the leaderboard")
     p.set_defaults(func=cmd_run)
 
@@ -119,10 +147,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plugins)
 
     p = sub.add_parser("leaderboard", help="re-render the leaderboard of a results directory")
-    p.add_argument("results_dir", type=Path)
-    p.add_argument("--allow-partial", action="store_true", help="render even if cells are missing")
+    _add_combine_options(p, "leaderboard")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=cmd_leaderboard)
+
+    p = sub.add_parser("plot", help="draw the figures of a results directory into its plots/")
+    _add_combine_options(p, "plots/ folder")
+    p.add_argument("--beta", type=float, default=None,
+                   help="coverage of the reliability diagrams and histograms "
+                        "(default: the training β, or the β closest to 0.8)")
+    p.add_argument("--format", nargs="+", default=["png", "svg"], metavar="FMT",
+                   help="file formats (default: png svg)")
+    p.set_defaults(func=cmd_plot)
     return parser
 
 

@@ -1,0 +1,357 @@
+"""The paper's figures, drawn from a results directory: reliability diagrams, selective
+calibration error and selective accuracy over coverage, confidence histograms.
+
+Everything is drawn from what ``selbench run`` wrote (cell files and, for the first seed, the
+per-example ``.npz`` arrays next to them), so ``selbench plot DIR`` redraws the figures
+without recomputing anything. Files go to ``DIR/plots/<experiment>/`` as PNG and SVG:
+
+``reliability/<method>.png``  (the paper's Figure 1)
+    Two panels: the backbone's raw max-softmax confidence (*before recalibration*) and the
+    method's recalibrated confidence (*after*). Each shows all evaluation examples (blue) and
+    the examples the method's selector accepts at coverage β (green): one marker per bin,
+    at (mean confidence, accuracy) of the bin, its area proportional to the bin's share of
+    the examples (its weight in the ECE). The bins are exactly those of
+    :func:`selbench.metrics.ece` (15 equal-mass bins, ties merged), so the ECE₁ printed in
+    each legend is the weighted mean distance of the markers from the red diagonal.
+``selective-ece.png``  (Figure 2)
+    ECE₁ and ECE₂ of the accepted examples against the coverage level β, one line per method:
+    the mean over seeds, shaded ± one standard deviation.
+``confidence/<method>.png``  (Figure 3)
+    Left: histogram of the recalibrated confidence of all examples and of the accepted ones at
+    β. Right: the method's selective accuracy over β (mean ± std over seeds), with the
+    accuracy of all examples dashed.
+``selective-accuracy.png``  (Figure 3, all methods)
+    Selective accuracy against β, one line per method, mean ± std over seeds.
+
+The β of the per-example figures is the experiment's training β, or for ``per_beta``
+experiments the reported β closest to 0.8 (the paper's Figure 3); ``beta=`` overrides it.
+The accepted examples are those with ``score >= tau`` for the threshold
+:func:`selbench.metrics.thresholds` gives on the stored scores (with the experiment's
+Hoeffding ``delta`` when it has a coverage guarantee), as the runner selects them. The
+per-example arrays are float32, so a diagram's ECE₁ can differ from the cell's (float64)
+value in the 7th decimal.
+
+Figures are drawn with matplotlib's object API on the Agg canvas (no pyplot, no global
+backend switch, no display needed); SVGs carry no date and stable element ids, so redrawing
+unchanged results gives identical files.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from selbench.leaderboard import ResultSet, load_results, tables_from
+from selbench.metrics import _bin_stats, _plugin_ce, thresholds
+from selbench.store import atomic_path
+
+__all__ = [
+    "ReliabilityBins",
+    "accepted_mask",
+    "plot_beta",
+    "reliability_bins",
+    "write_plots",
+]
+
+N_BINS = 15
+FORMATS = ("png", "svg")
+ALL_COLOR, ACCEPTED_COLOR, DIAGONAL_COLOR = "tab:blue", "tab:green", "tab:red"
+_RC = {"svg.hashsalt": "selbench", "svg.fonttype": "path", "font.size": 9.0}
+_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
+
+
+@dataclass(frozen=True)
+class ReliabilityBins:
+    """The non-empty equal-mass bins of a reliability diagram.
+
+    ``counts[b]`` examples with mean confidence ``confidence[b]`` and accuracy
+    ``accuracy[b]``; ``mass = counts / counts.sum()`` (the ECE weights); ``ece1`` is
+    ``sum_b mass_b |confidence_b - accuracy_b|``, equal to :func:`selbench.metrics.ece`.
+    """
+
+    counts: np.ndarray
+    confidence: np.ndarray
+    accuracy: np.ndarray
+    ece1: float
+
+    @property
+    def mass(self) -> np.ndarray:
+        return self.counts / self.counts.sum()
+
+    @property
+    def n(self) -> int:
+        return int(self.counts.sum())
+
+
+def reliability_bins(confidence: Any, correct: Any, n_bins: int = N_BINS) -> ReliabilityBins:
+    """Bins of :func:`selbench.metrics.ece` (same edges, ties merged) for a reliability diagram."""
+    conf = np.asarray(confidence, dtype=np.float64)
+    corr = np.asarray(correct, dtype=np.float64)
+    if conf.ndim != 1 or conf.shape != corr.shape:
+        raise ValueError(
+            f"confidence and correct must be 1-D arrays of equal length; got {conf.shape}, {corr.shape}"
+        )
+    if conf.size == 0:
+        empty = np.zeros(0)
+        return ReliabilityBins(empty.astype(np.int64), empty, empty, float("nan"))
+    order = np.argsort(conf, kind="stable")
+    counts, conf_mean, acc_mean = _bin_stats(conf[order], corr[order], n_bins)
+    ece1 = _plugin_ce(counts, conf_mean, acc_mean, 1.0)
+    keep = counts > 0
+    return ReliabilityBins(counts[keep], conf_mean[keep], acc_mean[keep], ece1)
+
+
+def accepted_mask(score: Any, beta: float, delta: float | None = None) -> np.ndarray:
+    """``score >= tau`` for the threshold of coverage ``beta`` (as the runner selects)."""
+    sc = np.asarray(score, dtype=np.float64)
+    tau, _ = thresholds(sc, [beta], delta=delta)
+    return sc >= tau[0]
+
+
+def plot_beta(experiment: dict, override: float | None = None) -> float:
+    """β of the per-example figures: ``override``, else the training β, else the β closest to 0.8."""
+    if override is not None:
+        if not (0.0 < override <= 1.0):
+            raise ValueError(f"beta must lie in (0, 1]; got {override!r}")
+        return float(override)
+    tb = experiment["train_beta"]
+    if tb != "per_beta":
+        return float(tb)
+    betas = [float(b) for b in experiment["betas"]]
+    return min(betas, key=lambda b: (round(abs(b - 0.8), 9), b))
+
+
+# --------------------------------------------------------------------------- drawing helpers
+def _figure(width: float, height: float, **margins_in: float):
+    """A figure with fixed margins in inches (a fixed layout draws about twice as fast as
+    matplotlib's constrained layout, which re-measures every text)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
+    m = {"left": 0.8, "right": 0.15, "bottom": 0.5, "top": 0.6, "wspace": 0.25, **margins_in}
+    fig.subplots_adjust(left=m["left"] / width, right=1 - m["right"] / width,
+                        bottom=m["bottom"] / height, top=1 - m["top"] / height, wspace=m["wspace"])
+    return fig
+
+
+def _save(fig, stem: Path, formats: Sequence[str]) -> list[Path]:
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        path = stem.with_name(f"{stem.name}.{fmt}")
+        metadata = {"Date": None} if fmt == "svg" else None
+        with atomic_path(path, suffix=f".{fmt}") as tmp:
+            fig.savefig(tmp, format=fmt, dpi=150, metadata=metadata)
+        paths.append(path)
+    return paths
+
+
+def _style(i: int, n: int) -> dict[str, Any]:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if n <= 10 else "tab20"]
+    return {"color": cmap(i % cmap.N), "marker": _MARKERS[i % len(_MARKERS)]}
+
+
+def _limits(*bins: ReliabilityBins) -> tuple[float, float]:
+    vals = np.concatenate([np.concatenate([b.confidence, b.accuracy]) for b in bins if b.n])
+    lo = float(np.floor(max(0.0, vals.min() - 0.02) * 10) / 10) if vals.size else 0.0
+    return lo, 1.0
+
+
+def _reliability_panel(ax, series: list[tuple[str, str, ReliabilityBins]], title: str) -> None:
+    lo, hi = _limits(*(b for _, _, b in series))
+    ax.plot([lo, hi], [lo, hi], linestyle="--", color=DIAGONAL_COLOR, linewidth=1.2,
+            label="perfect calibration", zorder=1)
+    for name, color, b in series:
+        if not b.n:
+            continue
+        ax.scatter(b.confidence, b.accuracy, s=700.0 * b.mass, color=color, alpha=0.75,
+                   edgecolors="white", linewidths=0.5, zorder=3,
+                   label=f"{name} (n={b.n}): ECE₁ = {b.ece1:.3f}")
+    pad = 0.015 * (hi - lo)  # markers at confidence 1.0 stay whole
+    ax.set_xlim(lo - pad, hi + pad)
+    ax.set_ylim(lo - pad, hi + pad)
+    ax.set_aspect("equal")
+    ax.set_xlabel("mean confidence in bin")
+    ax.set_ylabel("accuracy in bin")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    legend = ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=7.5, frameon=False)
+    for handle in legend.legend_handles:  # same marker size in the legend, whatever the bins
+        if hasattr(handle, "set_sizes"):
+            handle.set_sizes([40.0])
+
+
+def reliability_figure(arrays: dict[str, np.ndarray], accept: np.ndarray, beta: float,
+                       title: str, recalibrator: str):
+    """Figure 1: reliability before / after recalibration, all vs accepted examples."""
+    fig = _figure(9.0, 5.4, wspace=0.3, bottom=1.3)
+    axes = fig.subplots(1, 2)
+    correct = arrays["correct"]
+    for ax, key, name in ((axes[0], "raw_confidence", "before recalibration (max softmax)"),
+                          (axes[1], "confidence", f"after recalibration ({recalibrator})")):
+        conf = arrays[key]
+        _reliability_panel(ax, [
+            ("all", ALL_COLOR, reliability_bins(conf, correct)),
+            (f"accepted, β = {beta:g}", ACCEPTED_COLOR, reliability_bins(conf[accept], correct[accept])),
+        ], name)
+    fig.suptitle(title + f" — {N_BINS} equal-mass bins, marker area ∝ bin mass")
+    return fig
+
+
+def _band(ax, betas, curve: dict, label: str, style: dict) -> None:
+    mean = np.asarray(curve["mean"], dtype=float)
+    std = np.asarray(curve["std"], dtype=float)
+    n = np.asarray(curve["n"])
+    ax.plot(betas, mean, label=label, linewidth=1.5, markersize=4, **style)
+    if (n > 1).any():
+        ax.fill_between(betas, mean - std, mean + std, where=n > 1, color=style["color"],
+                        alpha=0.15, linewidth=0)
+
+
+def curves_figure(exp_table: dict, keys: Sequence[tuple[str, str]], title: str):
+    """Figure 2 style: metric vs β, one line per method, mean ± std over seeds."""
+    rows = exp_table["rows"]
+    longest = max((len(r["method"]) for r in rows), default=0)
+    legend_w = 0.75 + 0.065 * longest  # inches for the legend right of the panels
+    fig = _figure(4.0 * len(keys) + legend_w, 4.1, right=legend_w, wspace=0.3, top=0.85)
+    axes = np.atleast_1d(fig.subplots(1, len(keys)))
+    for ax, (key, label) in zip(axes, keys):
+        for i, r in enumerate(rows):
+            curve = r["curves"]
+            _band(ax, curve["betas"], curve[key], r["method"], _style(i, len(rows)))
+        ax.set_xlabel("coverage β")
+        ax.set_ylabel(label)
+        ax.set_title(f"selective {label}")
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", fontsize=8, frameon=False,
+               bbox_to_anchor=(1 - (legend_w - 0.1) / fig.get_figwidth(), 0.5))
+    n_seeds = max((max(r["curves"][keys[0][0]]["n"], default=0) for r in rows), default=0)
+    band = "shaded: ± 1 std over seeds" if n_seeds > 1 else "one seed"
+    fig.suptitle(f"{title}\nmean over {n_seeds} seed(s), {band}", fontsize=9.5)
+    return fig
+
+
+def confidence_figure(arrays: dict[str, np.ndarray], accept: np.ndarray, beta: float,
+                      row: dict, title: str):
+    """Figure 3: confidence histogram of all vs accepted examples, and selective accuracy over β."""
+    fig = _figure(9.0, 3.9, wspace=0.25)
+    ax_h, ax_a = fig.subplots(1, 2)
+    conf, correct = arrays["confidence"].astype(np.float64), arrays["correct"].astype(np.float64)
+    lo = float(np.floor(conf.min() * 10) / 10) if conf.size else 0.0
+    edges = np.linspace(lo, 1.0, 21)
+    ax_h.hist(conf, bins=edges, color=ALL_COLOR, alpha=0.45,
+              label=f"all (n={conf.size}, acc. {correct.mean():.3f})")
+    if accept.any():
+        ax_h.hist(conf[accept], bins=edges, color=ACCEPTED_COLOR, alpha=0.7,
+                  label=f"accepted, β = {beta:g} (n={int(accept.sum())}, acc. {correct[accept].mean():.3f})")
+    ax_h.set_xlabel("recalibrated confidence")
+    ax_h.set_ylabel("examples")
+    ax_h.set_title("confidence of all vs accepted examples")
+    ax_h.legend(loc="upper left", fontsize=7.5)
+    ax_h.grid(alpha=0.3)
+    curve = row["curves"]
+    _band(ax_a, curve["betas"], curve["accuracy"], "selective accuracy",
+          {"color": ACCEPTED_COLOR, "marker": "o"})
+    ax_a.axhline(correct.mean() if correct.size else math.nan, color=ALL_COLOR, linestyle="--",
+                 linewidth=1, label="all examples (plotted seed)")
+    ax_a.set_xlabel("coverage β")
+    ax_a.set_ylabel("accuracy of accepted examples")
+    ax_a.set_title("selective accuracy (mean ± std over seeds)")
+    ax_a.legend(loc="best", fontsize=7.5)
+    ax_a.grid(alpha=0.3)
+    fig.suptitle(title)
+    return fig
+
+
+# --------------------------------------------------------------------------- entry point
+def _arrays_for(results: ResultSet, experiment: str, method: str, beta: float,
+                per_beta: bool) -> tuple[dict[str, np.ndarray], int, float] | None:
+    """Per-example arrays of the method's lowest seed that has them (and, for per_beta
+    experiments, of the cell trained at the β closest to ``beta``)."""
+    cands = [rec for rec in results.cells
+             if rec["experiment"] == experiment and rec["method"] == method
+             and Path(rec["_file"]).with_suffix(".npz").is_file()]
+    if not cands:
+        return None
+    if per_beta:
+        target = min({float(r["train_beta"]) for r in cands},
+                     key=lambda b: (round(abs(b - beta), 9), b))
+        cands = [r for r in cands if float(r["train_beta"]) == target]
+        beta = target
+    rec = min(cands, key=lambda r: int(r["seed"]))
+    with np.load(Path(rec["_file"]).with_suffix(".npz"), allow_pickle=False) as data:
+        arrays = {k: np.asarray(data[k]) for k in ("confidence", "raw_confidence", "score", "correct")}
+    return arrays, int(rec["seed"]), beta
+
+
+def write_plots(
+    results_dirs: str | Path | Sequence[str | Path],
+    *,
+    out: str | Path | None = None,
+    allow_partial: bool = False,
+    allow_mixed: bool = False,
+    beta: float | None = None,
+    formats: Sequence[str] = FORMATS,
+) -> list[Path]:
+    """Draw every figure of one or more results directories into ``<out>/plots/``.
+
+    Args:
+        results_dirs: a results directory, or several combined (as for the leaderboard).
+        out: where ``plots/`` goes; default the results directory (required for several).
+        allow_partial, allow_mixed: as for :func:`selbench.leaderboard.write_leaderboard`.
+        beta: coverage level of the per-example figures (default: see :func:`plot_beta`).
+        formats: file formats, any matplotlib knows (default PNG and SVG).
+
+    Returns:
+        The paths written. Methods without per-example arrays (e.g. cells of a foreign run)
+        get no reliability diagram or histogram.
+    """
+    import matplotlib
+
+    from selbench.runner import slug
+
+    dirs = [Path(results_dirs)] if isinstance(results_dirs, (str, Path)) else [Path(d) for d in results_dirs]
+    if out is None:
+        if len(dirs) != 1:
+            from selbench.leaderboard import LeaderboardError
+
+            raise LeaderboardError("several results directories are combined: say where to "
+                                   "write the plots with --out DIR")
+        out = dirs[0]
+    results = load_results(dirs, allow_partial=allow_partial, allow_mixed=allow_mixed)
+    tables = tables_from(results)
+    root = Path(out) / "plots"
+    paths: list[Path] = []
+    with matplotlib.rc_context(_RC):
+        for exp, table in zip(results.experiments, tables["experiments"]):
+            where = root / exp["name"]
+            name = (f"{exp['name']}: {exp['dataset']['name']} / {exp['backbone']['name']}, "
+                    f"evaluated on '{exp['eval_split']}'")
+            paths += _save(curves_figure(table, [("ece1", "ECE₁"), ("ece2", "ECE₂")], name),
+                           where / "selective-ece", formats)
+            paths += _save(curves_figure(table, [("accuracy", "accuracy")], name),
+                           where / "selective-accuracy", formats)
+            b = plot_beta(exp, beta)
+            guarantee = exp.get("coverage_guarantee")
+            delta = guarantee["delta"] if guarantee else None
+            for method, row in zip(exp["methods"], table["rows"]):
+                label = method["label"]
+                found = _arrays_for(results, exp["name"], label, b, exp["train_beta"] == "per_beta")
+                if found is None:
+                    continue
+                arrays, seed, b_used = found
+                accept = accepted_mask(arrays["score"], b_used, delta)
+                title = f"{exp['name']}: {label} (seed {seed})"
+                fig = reliability_figure(arrays, accept, b_used, title, method["recalibrator"]["name"])
+                paths += _save(fig, where / "reliability" / slug(label), formats)
+                fig = confidence_figure(arrays, accept, b_used, row, title)
+                paths += _save(fig, where / "confidence" / slug(label), formats)
+    return paths
