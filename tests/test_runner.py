@@ -42,7 +42,7 @@ def test_run_writes_cells_and_leaderboards(tmp_path):
 
 
 def test_rerun_reuses_cells_and_cached_outputs(tmp_path, monkeypatch):
-    run(tiny_spec(), out_dir=tmp_path / "a", progress=False)
+    run(tiny_spec(), out_dir=tmp_path / "a", progress=False, plots=False)
     first = (tmp_path / "a" / "leaderboard.md").read_text()
     cached = sorted((default_cache_dir() / "outputs").glob("*.npz"))
     assert len(cached) == 2  # val and test
@@ -53,30 +53,30 @@ def test_rerun_reuses_cells_and_cached_outputs(tmp_path, monkeypatch):
         raise AssertionError("extract must not run: outputs are cached")
 
     monkeypatch.setattr(TheoryLinear, "extract", boom)
-    report = run(tiny_spec(), out_dir=tmp_path / "a", progress=False)
+    report = run(tiny_spec(), out_dir=tmp_path / "a", progress=False, plots=False)
     assert (report.computed, report.reused) == (0, 6)
     assert (tmp_path / "a" / "leaderboard.md").read_text() == first
     # a new results dir recomputes the cells but still reuses the cached outputs
-    report = run(tiny_spec(), out_dir=tmp_path / "b", progress=False)
+    report = run(tiny_spec(), out_dir=tmp_path / "b", progress=False, plots=False)
     assert report.computed == 6
     assert (tmp_path / "b" / "leaderboard.md").read_text() == first
     # any changed dataset parameter misses the cache
     spec = tiny_spec()
     spec["experiments"][0]["dataset"]["params"]["test_size"] = 601
     with pytest.raises(AssertionError, match="extract must not run"):
-        run(spec, out_dir=tmp_path / "c", progress=False)
+        run(spec, out_dir=tmp_path / "c", progress=False, plots=False)
 
 
 def test_changed_method_recomputes_only_its_cells(tmp_path):
-    run(tiny_spec(), out_dir=tmp_path, progress=False)
+    run(tiny_spec(), out_dir=tmp_path, progress=False, plots=False)
     spec = tiny_spec()
     spec["experiments"][0]["methods"][2]["recalibrator"] = {"name": "none"}
-    report = run(spec, out_dir=tmp_path, progress=False)
+    report = run(spec, out_dir=tmp_path, progress=False, plots=False)
     assert (report.computed, report.reused) == (2, 4)
 
 
 def test_interrupted_run_resumes_and_matches_an_uninterrupted_one(tmp_path, monkeypatch):
-    run(tiny_spec(), out_dir=tmp_path / "full", progress=False)
+    run(tiny_spec(), out_dir=tmp_path / "full", progress=False, plots=False)
     real = runner_mod.run_cell
     calls = {"n": 0}
 
@@ -88,12 +88,12 @@ def test_interrupted_run_resumes_and_matches_an_uninterrupted_one(tmp_path, monk
 
     monkeypatch.setattr(runner_mod, "run_cell", flaky)
     with pytest.raises(KeyboardInterrupt):
-        run(tiny_spec(), out_dir=tmp_path / "cut", progress=False)
+        run(tiny_spec(), out_dir=tmp_path / "cut", progress=False, plots=False)
     assert len(_cells(tmp_path / "cut")) == 3
     assert not (tmp_path / "cut" / "leaderboard.md").exists()
     assert not list((tmp_path / "cut").rglob("*.tmp"))
     monkeypatch.setattr(runner_mod, "run_cell", real)
-    report = run(tiny_spec(), out_dir=tmp_path / "cut", progress=False)
+    report = run(tiny_spec(), out_dir=tmp_path / "cut", progress=False, plots=False)
     assert (report.computed, report.reused) == (3, 3)
     for name in ("leaderboard.md", "leaderboard.csv"):
         assert (tmp_path / "cut" / name).read_text() == (tmp_path / "full" / name).read_text()
@@ -113,7 +113,7 @@ def test_killed_process_resumes_without_recomputing(tmp_path, write_spec):
     """SIGKILL a real `selbench run` mid-way, rerun it, compare with an uninterrupted run."""
     path = write_spec(_slow_spec())
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "selbench.cli", "run", str(path), "--no-progress", "-q",
+    cmd = [sys.executable, "-m", "selbench.cli", "run", str(path), "--no-progress", "-q", "--no-plots",
            "--device", "cpu"]
     out = tmp_path / "killed"
     proc = subprocess.Popen(cmd + ["--out", str(out)], env=env, cwd=REPO,
@@ -127,29 +127,29 @@ def test_killed_process_resumes_without_recomputing(tmp_path, write_spec):
     done = len(_cells(out))
     assert 2 <= done < 8
     assert not (out / "leaderboard.md").exists()
-    report = run(path, out_dir=out, progress=False, device="cpu")
+    report = run(path, out_dir=out, progress=False, device="cpu", plots=False)
     assert report.reused >= done and report.computed == 8 - report.reused
-    ref = run(path, out_dir=tmp_path / "ref", progress=False, device="cpu")
+    ref = run(path, out_dir=tmp_path / "ref", progress=False, device="cpu", plots=False)
     assert ref.computed == 8
     assert (out / "leaderboard.md").read_text() == (tmp_path / "ref" / "leaderboard.md").read_text()
 
 
 def test_same_split_for_fitting_and_evaluation_excludes_fitted_rows(tmp_path):
-    run(tiny_spec(eval_split="val", n_fit=100), out_dir=tmp_path, progress=False)
+    run(tiny_spec(eval_split="val", n_fit=100), out_dir=tmp_path, progress=False, plots=False)
     cell = json.loads(_cells(tmp_path)[0].read_text())
     assert cell["n_fit"] == 100 and cell["n_eval"] == 300
 
 
 def test_per_beta_training_and_reported_betas(tmp_path):
     spec = tiny_spec(seeds=[0], betas=[0.8, 0.9], train_beta="per_beta", report="betas")
-    report = run(spec, out_dir=tmp_path, progress=False)
+    report = run(spec, out_dir=tmp_path, progress=False, plots=False)
     assert report.computed == 6  # 3 methods x 2 betas
     md = (tmp_path / "leaderboard.md").read_text()
     assert "β=0.8" in md and "β=0.9" in md
 
 
 def test_hoeffding_guarantee_is_recorded(tmp_path):
-    run(tiny_spec(seeds=[0], coverage_guarantee={"delta": 0.1}), out_dir=tmp_path, progress=False)
+    run(tiny_spec(seeds=[0], coverage_guarantee={"delta": 0.1}), out_dir=tmp_path, progress=False, plots=False)
     conf_cell = [json.loads(p.read_text()) for p in _cells(tmp_path)
                  if json.loads(p.read_text())["method"] == "Confidence"][0]
     eps = np.sqrt(np.log(2 / 0.1) / (2 * 600))
@@ -162,16 +162,16 @@ def test_hoeffding_guarantee_is_recorded(tmp_path):
 
 def test_misbehaving_plugin_and_bad_sizes_are_named(tmp_path, monkeypatch):
     with pytest.raises(RunError, match=r"experiments\[0\].n_fit: n_fit=5000 but the fitting split has only 400"):
-        run(tiny_spec(n_fit=5000), out_dir=tmp_path / "a", progress=False)
+        run(tiny_spec(n_fit=5000), out_dir=tmp_path / "a", progress=False, plots=False)
     from selbench_plugins.selectors.baselines import NoSelector
 
     monkeypatch.setattr(NoSelector, "score", lambda self, outputs, confidence: np.ones(3))
     with pytest.raises(RunError, match=r"methods\[0\] \('None'\): selector 'none'.score returned shape \(3,\), expected \(600,\)"):
-        run(tiny_spec(), out_dir=tmp_path / "b", progress=False)
+        run(tiny_spec(), out_dir=tmp_path / "b", progress=False, plots=False)
     # a plugin's own ValueError is reported with the method it came from, not as a traceback
     monkeypatch.setattr(NoSelector, "fit", lambda self, o, c, ctx: (_ for _ in ()).throw(ValueError("bad input")))
     with pytest.raises(RunError, match=r"^experiments\[0\].methods\[0\] \('None'\): bad input$"):
-        run(tiny_spec(), out_dir=tmp_path / "c", progress=False)
+        run(tiny_spec(), out_dir=tmp_path / "c", progress=False, plots=False)
 
 
 def test_device_resolution():

@@ -202,6 +202,14 @@ def plan_cells(resolved: ResolvedSpec, out_dir: Path) -> list[Cell]:
     for e_i, exp in enumerate(resolved.spec.experiments):
         ce = canon["experiments"][e_i]
         shared = {k: v for k, v in ce.items() if k not in ("methods", "report")}
+        # a new release of any plugin the cell uses recomputes the cell
+        versions = [
+            {
+                field: resolved.registry.get(kind, comp.name).plugin.version
+                for kind, field, comp in _components(exp, m)
+            }
+            for m in exp.methods
+        ]
         for m_i, method in enumerate(exp.methods):
             per_beta = exp.train_beta == "per_beta"
             train_betas = list(exp.betas) if per_beta else [float(exp.train_beta)]
@@ -212,6 +220,7 @@ def plan_cells(resolved: ResolvedSpec, out_dir: Path) -> list[Cell]:
                         "format": CELL_FORMAT,
                         "experiment": shared,
                         "method": ce["methods"][m_i],
+                        "versions": versions[m_i],
                         "seed": seed,
                         "train_beta": tb,
                         "eval_betas": eval_betas,
@@ -220,6 +229,17 @@ def plan_cells(resolved: ResolvedSpec, out_dir: Path) -> list[Cell]:
                     path = out_dir / "cells" / exp.name / slug(method.label) / f"{name}.json"
                     cells.append(Cell(e_i, m_i, seed, tb, eval_betas, content_hash(material), path))
     return cells
+
+
+def _components(exp: ExperimentSpec, method: MethodSpec):
+    """(kind, field, component) of everything a cell depends on."""
+    yield "dataset", "dataset", exp.dataset
+    yield "backbone", "backbone", exp.backbone
+    for kind, field in (("scheme", "scheme"), ("selector", "selector"),
+                        ("recalibrator", "recalibrator"), ("loss", "loss"), ("loss", "coverage")):
+        comp = getattr(method, field)
+        if comp is not None:
+            yield kind, field, comp
 
 
 def cell_done(cell: Cell) -> bool:
@@ -323,16 +343,16 @@ def run_cell(
     if cell.seed == resolved.spec.seeds[0]:
         # per-example arrays of the first seed, for reliability diagrams and histograms
         arrays_path = cell.path.with_suffix(".npz")
-        with atomic_path(arrays_path, suffix=".npz") as tmp:
-            with open(tmp, "wb") as fh:
-                np.savez_compressed(
-                    fh,
-                    confidence=conf.astype(np.float32),
-                    raw_confidence=eval_out.confidence().astype(np.float32),
-                    score=score.astype(np.float32),
-                    correct=correct.astype(np.uint8),
-                    domain=_plain(eval_out.domain),
-                )
+        with atomic_path(arrays_path, suffix=".npz") as tmp, open(tmp, "wb") as fh:
+            np.savez_compressed(
+                fh,
+                key=np.array(cell.key),
+                confidence=conf,
+                raw_confidence=eval_out.confidence(),
+                score=score,
+                correct=correct.astype(np.uint8),
+                domain=_plain(eval_out.domain),
+            )
     return {
         "format": CELL_FORMAT,
         "key": cell.key,
