@@ -1,0 +1,142 @@
+"""``temperature``: temperature scaling (Guo et al., 2017) fitted to the exact NLL optimum."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from pydantic import Field
+from selbench.api import FitContext, Params, Recalibrator
+from selbench.data import ModelOutputs
+
+from ._common import NotFittedError, check_outputs, run_module
+
+
+class TemperatureParams(Params):
+    min_temperature: float = Field(
+        1e-3, gt=0, description="lower bound of the fitted temperature T"
+    )
+    max_temperature: float = Field(
+        1e3, gt=0, description="upper bound of the fitted temperature T"
+    )
+
+
+class TemperatureModule(torch.nn.Module):
+    """``forward(logits, features) -> (max softmax(z/T), log_softmax(z/T))``.
+
+    The learnable parameter is ``log_t = log T`` (so T stays positive in joint training).
+    """
+
+    def __init__(self, temperature: float = 1.0):
+        super().__init__()
+        self.log_t = torch.nn.Parameter(torch.tensor(math.log(temperature), dtype=torch.float32))
+
+    def forward(self, logits: torch.Tensor, features: torch.Tensor | None = None):
+        log_probs = torch.log_softmax(logits / self.log_t.exp(), dim=-1)
+        return log_probs.max(dim=-1).values.exp(), log_probs
+
+
+def _nll_derivatives(z: np.ndarray, zy: np.ndarray, beta: float) -> tuple[float, float, float]:
+    """Mean NLL of softmax(beta*z) and its first two derivatives in beta (float64)."""
+    s = beta * z
+    m = s.max(axis=1, keepdims=True)
+    e = np.exp(s - m)
+    tot = e.sum(axis=1, keepdims=True)
+    p = e / tot
+    lse = (m + np.log(tot))[:, 0]
+    ez = (p * z).sum(axis=1)
+    ez2 = (p * z * z).sum(axis=1)
+    nll = float(np.mean(lse - beta * zy))
+    grad = float(np.mean(ez - zy))
+    hess = float(np.mean(np.maximum(ez2 - ez * ez, 0.0)))
+    return nll, grad, hess
+
+
+def fit_temperature(
+    logits: np.ndarray, labels: np.ndarray, t_min: float = 1e-3, t_max: float = 1e3
+) -> float:
+    """The temperature minimising the mean multi-class NLL of ``softmax(logits / T)``.
+
+    The NLL is convex in the inverse temperature b = 1/T (a log-sum-exp minus a linear
+    term), so it is unimodal in log T; we find the root of its derivative in b with a
+    safeguarded Newton iteration (Newton steps inside a shrinking bracket, bisection in
+    log b otherwise), in float64, to machine precision. The result is clipped to
+    ``[t_min, t_max]``: when the derivative has no root in that range the optimum lies on
+    the boundary (e.g. T -> infinity for logits that carry no information about the labels).
+    """
+    z = np.asarray(logits, dtype=np.float64)
+    zy = z[np.arange(z.shape[0]), np.asarray(labels)]
+    lo, hi = 1.0 / t_max, 1.0 / t_min
+    _, g_lo, _ = _nll_derivatives(z, zy, lo)
+    if g_lo >= 0:
+        return float(t_max)
+    _, g_hi, _ = _nll_derivatives(z, zy, hi)
+    if g_hi <= 0:
+        return float(t_min)
+    b = min(max(1.0, lo), hi)
+    for _ in range(200):
+        _, g, h = _nll_derivatives(z, zy, b)
+        if g == 0.0:
+            break
+        if g < 0:
+            lo = b
+        else:
+            hi = b
+        step = g / h if h > 0 else np.inf
+        new = b - step
+        if not (lo < new < hi):
+            new = math.sqrt(lo * hi)  # bisection in log b
+        if abs(new - b) <= 1e-13 * b or hi - lo <= 1e-13 * hi:
+            b = new
+            break
+        b = new
+    return float(1.0 / b)
+
+
+class TemperatureScaling(Recalibrator):
+    """Temperature scaling: softmax(z / T) with T at the exact optimum of the NLL.
+
+    ``fit`` minimises the mean multi-class cross entropy (negative log-likelihood) of the
+    labels under ``softmax(logits / T)`` over T, as in Guo et al. (2017), but to
+    convergence in float64 (see :func:`fit_temperature`) rather than with a few LBFGS
+    steps. The fitted value is kept in ``T_fit_``; the live value ``T_`` is read from the
+    module, which joint training updates in place. The prediction never changes.
+    """
+
+    differentiable = True
+
+    def __init__(self, min_temperature: float = 1e-3, max_temperature: float = 1e3) -> None:
+        TemperatureParams(min_temperature=min_temperature, max_temperature=max_temperature)
+        if min_temperature >= max_temperature:
+            raise ValueError("min_temperature must be smaller than max_temperature")
+        self.min_temperature = min_temperature
+        self.max_temperature = max_temperature
+
+    def fit(self, outputs: ModelOutputs, context: FitContext) -> TemperatureScaling:
+        check_outputs(outputs, "recalibrator 'temperature'", min_rows=1)
+        t = fit_temperature(
+            outputs.logits, outputs.labels, self.min_temperature, self.max_temperature
+        )
+        self.T_fit_ = t
+        self.module_ = TemperatureModule(t)
+        return self
+
+    @property
+    def T_(self) -> float:
+        """The current temperature (changes when a joint scheme trains the module)."""
+        self._check_fitted()
+        return float(self.module_.log_t.detach().exp().cpu())
+
+    def _check_fitted(self) -> None:
+        if getattr(self, "module_", None) is None:
+            raise NotFittedError("recalibrator 'temperature' is not fitted; call fit first")
+
+    def confidence(self, outputs: ModelOutputs) -> np.ndarray:
+        check_outputs(outputs, "recalibrator 'temperature'")
+        self._check_fitted()
+        return np.clip(run_module(self.module_, outputs.logits), 0.0, 1.0)
+
+    def module(self, outputs: ModelOutputs, context: FitContext) -> torch.nn.Module:
+        self._check_fitted()
+        return self.module_

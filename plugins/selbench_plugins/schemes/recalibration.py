@@ -1,0 +1,70 @@
+"""``recalibration``: fit h only; a non-trainable selector is then fitted on its output."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+from selbench.api import FitContext, Params, Scheme
+from selbench.data import ModelOutputs
+
+from selbench_plugins.recalibrators._common import check_outputs
+
+from .training import TRAINING_SCHEMES
+
+
+class RecalibrationParams(Params):
+    fit_on: Literal["all", "accepted"] = Field(
+        "all",
+        description="all: fit h on every fitting example; accepted: fit h only on the "
+        "examples the selector (fitted on the uncalibrated confidence) accepts at "
+        "coverage beta",
+    )
+
+
+class RecalibrationScheme(Scheme):
+    """Recalibration only: fit h, then fit the (non-trainable) selector on h's output.
+
+    ``fit_on='all'``: ``recalibrator.fit(outputs)``, then ``selector.fit(outputs,
+    recalibrator.confidence(outputs))`` — so the selection baselines (confidence,
+    Isolation Forest, One-class SVM) are applied to the recalibrated model, as in the
+    paper. With selector ``none`` this is plain recalibration (β = 1).
+
+    ``fit_on='accepted'``: the selector is first fitted on the uncalibrated confidence; the
+    fitting examples whose score is at least the (1 - β) quantile of the scores
+    (β = ``context.beta``) are kept and h is fitted on those only (e.g. an oracle that
+    rejects an outlier component, then fits T on the rest); the selector is then refitted
+    on the recalibrated confidence. Learned state: ``kept_`` (indices h was fitted on).
+
+    A trainable selector (``mlp``) is an error: the selection, sequential and joint
+    schemes train it. ``loss`` and ``coverage`` are not used.
+    """
+
+    def __init__(self, fit_on: Literal["all", "accepted"] = "all") -> None:
+        RecalibrationParams(fit_on=fit_on)
+        self.fit_on = fit_on
+
+    def fit(self, outputs: ModelOutputs, *, selector, recalibrator, loss, coverage,
+            context: FitContext) -> RecalibrationScheme:
+        check_outputs(outputs, "scheme 'recalibration'", min_rows=1)
+        if getattr(selector, "trainable", False):
+            raise ValueError(
+                f"scheme 'recalibration' only fits non-trainable selectors; "
+                f"{type(selector).__name__} is trained through a loss by the "
+                + ", ".join(repr(s) for s in TRAINING_SCHEMES)
+                + " schemes"
+            )
+        if self.fit_on == "all":
+            keep = np.arange(len(outputs))
+            recalibrator.fit(outputs, context)
+        else:
+            raw = outputs.confidence()
+            selector.fit(outputs, raw, context)
+            score = np.asarray(selector.score(outputs, raw), dtype=np.float64)
+            threshold = np.quantile(score, 1.0 - float(context.beta))
+            keep = np.flatnonzero(score >= threshold)
+            recalibrator.fit(outputs.subset(keep), context)
+        selector.fit(outputs, recalibrator.confidence(outputs), context)
+        self.kept_ = keep
+        return self

@@ -1,0 +1,330 @@
+"""The schemes that train a learned selector: ``selection``, ``sequential``, ``joint``.
+
+All three minimise ``loss(ĝ, ĥ, y^c) + coverage(ĝ, β)`` over mini-batches with Adam
+(Appendix A of the paper: 1000 epochs, batch 100, learning rate 5e-4, β from
+``FitContext.beta``); they differ in what happens to the recalibrator h:
+
+* ``selection`` — h is used as given, not fitted (normally ``none``), and frozen;
+* ``sequential`` — h is fitted first (``recalibrator.fit``), then frozen while g trains;
+* ``joint`` — h is fitted first (pre-training), then trained together with g
+  (selective recalibration proper); h must be differentiable.
+
+When h is frozen its confidence (and log-probabilities) are computed once before
+training. Shuffling, initial weights and input noise are seeded by ``context.seed``;
+training runs on ``context.device`` and the modules are moved back to the CPU after.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+from selbench.api import (
+    CoverageLoss,
+    FitContext,
+    Params,
+    Recalibrator,
+    Scheme,
+    SelectionLoss,
+    Selector,
+)
+from selbench.data import ModelOutputs
+
+from selbench_plugins.recalibrators._common import (
+    EVAL_CHUNK,
+    check_outputs,
+    cpu_threads,
+    device_of,
+    to_tensor,
+)
+
+TRAINING_SCHEMES = ("selection", "sequential", "joint")
+
+
+class TrainingParams(Params):
+    epochs: int = Field(1000, ge=0, description="passes over the fitting data (paper: 1000)")
+    batch_size: int = Field(100, ge=1, description="mini-batch size (paper: 100)")
+    lr: float = Field(5e-4, gt=0, description="Adam learning rate (paper: 5e-4)")
+    weight_decay: float = Field(0.0, ge=0, description="Adam weight decay")
+    noise_std: float = Field(
+        0.0,
+        ge=0,
+        description="std of Gaussian noise added to the selector's (and an MLP "
+        "recalibrator's) input at every step, for robustness under shift (paper, RxRx1: 1)",
+    )
+    optimizer: Literal["adam"] = Field("adam", description="optimiser (Adam only)")
+
+
+def _check_args(
+    name: str,
+    selector: Selector,
+    recalibrator: Recalibrator,
+    loss: Any,
+    coverage: Any,
+) -> None:
+    if not getattr(selector, "trainable", False):
+        raise ValueError(
+            f"scheme {name!r} trains a learned selector (trainable = True, e.g. 'mlp'), but "
+            f"{type(selector).__name__} is fitted by its own fit(); use the 'recalibration' "
+            "scheme for it"
+        )
+    if loss is None:
+        raise ValueError(
+            f"scheme {name!r} needs a selection loss (loss: s-tlbce, s-mce or s-mmce), got none"
+        )
+    if not isinstance(loss, SelectionLoss):
+        raise TypeError(
+            f"loss: scheme {name!r} expects a SelectionLoss (s-tlbce, s-mce, s-mmce), "
+            f"got {type(loss).__name__}"
+        )
+    if coverage is None:
+        raise ValueError(
+            f"scheme {name!r} needs a coverage loss (coverage: quadratic or log-coverage), "
+            "got none"
+        )
+    if not isinstance(coverage, CoverageLoss):
+        raise TypeError(
+            f"coverage: scheme {name!r} expects a CoverageLoss (quadratic, log-coverage), "
+            f"got {type(coverage).__name__}"
+        )
+
+
+@torch.no_grad()
+def _frozen_confidence(
+    name: str,
+    outputs: ModelOutputs,
+    recalibrator: Recalibrator,
+    context: FitContext,
+    need_log_probs: bool,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """h's confidence (and log-probabilities when the loss needs them) on ``outputs``."""
+    if not recalibrator.differentiable:
+        if need_log_probs:
+            raise ValueError(
+                f"loss: the selection loss needs recalibrated log-probabilities, which "
+                f"{type(recalibrator).__name__} does not define; use s-tlbce or s-mmce, or "
+                "a recalibrator such as none, temperature or platt"
+            )
+        conf = recalibrator.confidence(outputs)
+        return to_tensor(conf, device, torch.float32), None
+    module = recalibrator.module(outputs, context)
+    was_training = module.training
+    module.eval()
+    mdev = device_of(module)
+    confs, lps = [], []
+    for start in range(0, len(outputs), EVAL_CHUNK):
+        sl = slice(start, start + EVAL_CHUNK)
+        c, lp = module(
+            to_tensor(outputs.logits[sl], mdev, torch.float32),
+            to_tensor(outputs.features[sl], mdev, torch.float32),
+        )
+        confs.append(c.float().to(device))
+        if need_log_probs:
+            if lp is None:
+                raise ValueError(
+                    f"loss: the selection loss needs recalibrated log-probabilities, which "
+                    f"{type(recalibrator).__name__} does not define; use s-tlbce or s-mmce"
+                )
+            lps.append(lp.float().to(device))
+    module.train(was_training)
+    return torch.cat(confs), (torch.cat(lps) if need_log_probs else None)
+
+
+def train(
+    name: str,
+    params: TrainingParams,
+    outputs: ModelOutputs,
+    selector: Selector,
+    recalibrator: Recalibrator,
+    loss: SelectionLoss,
+    coverage: CoverageLoss,
+    context: FitContext,
+    *,
+    train_h: bool,
+) -> None:
+    """Train ``selector`` (and ``recalibrator`` when ``train_h``) in place."""
+    device = context.torch_device()
+    n = len(outputs)
+    need_lp = bool(loss.needs_log_probs)
+
+    x = to_tensor(selector.inputs(outputs), device, torch.float32)
+    correct = to_tensor(outputs.correct(), device, torch.float32)
+    labels = to_tensor(outputs.labels, device, torch.int64) if need_lp else None
+
+    g_module = selector.init_module(outputs, context).to(device)
+    parameters = list(g_module.parameters())
+    h_module = None
+    if train_h:
+        if not recalibrator.differentiable:
+            raise ValueError(
+                f"scheme {name!r} trains h with g and needs a differentiable recalibrator "
+                f"(none, temperature, platt, mlp); {type(recalibrator).__name__} is not"
+            )
+        h_module = recalibrator.module(outputs, context).to(device)
+        logits = to_tensor(outputs.logits, device, torch.float32)
+        features = to_tensor(outputs.features, device, torch.float32)
+        if need_lp:
+            with torch.no_grad():
+                if h_module(logits[:1], features[:1])[1] is None:
+                    raise ValueError(
+                        f"loss: the selection loss needs recalibrated log-probabilities, "
+                        f"which {type(recalibrator).__name__} does not define; use s-tlbce "
+                        "or s-mmce"
+                    )
+        parameters += list(h_module.parameters())
+        conf_all = log_probs_all = None
+    else:
+        conf_all, log_probs_all = _frozen_confidence(
+            name, outputs, recalibrator, context, need_lp, device
+        )
+
+    optimizer = torch.optim.Adam(
+        parameters, lr=params.lr, weight_decay=params.weight_decay, foreach=True
+    )
+    shuffle = torch.Generator().manual_seed(int(context.seed))
+    noise_std = float(params.noise_std)
+    noise_gen = None
+    if noise_std > 0:
+        noise_gen = torch.Generator(device=device).manual_seed(int(context.seed) + 1)
+    beta = float(context.beta)
+    bs = int(params.batch_size)
+
+    epochs = range(int(params.epochs))
+    if context.progress:
+        from tqdm.auto import tqdm
+
+        epochs = tqdm(epochs, desc=f"{name}: training g" + (" and h" if train_h else ""))
+
+    g_module.train()
+    if h_module is not None:
+        h_module.train()
+    lp_b = labels_b = None
+    with cpu_threads(device):
+        for _ in epochs:
+            perm = torch.randperm(n, generator=shuffle).to(device)
+            for idx in perm.split(bs):
+                xb = x[idx]
+                if noise_gen is not None:
+                    xb = xb + noise_std * torch.randn(
+                        xb.shape, generator=noise_gen, device=device, dtype=xb.dtype
+                    )
+                g = g_module(xb)
+                if h_module is not None:
+                    fb = features[idx]
+                    if noise_gen is not None:
+                        fb = fb + noise_std * torch.randn(
+                            fb.shape, generator=noise_gen, device=device, dtype=fb.dtype
+                        )
+                    conf_b, lp_b = h_module(logits[idx], fb)
+                else:
+                    conf_b = conf_all[idx]
+                    if log_probs_all is not None:
+                        lp_b = log_probs_all[idx]
+                if labels is not None:
+                    labels_b = labels[idx]
+                total = loss(g, conf_b, correct[idx], lp_b, labels_b) + coverage(g, beta)
+                optimizer.zero_grad(set_to_none=True)
+                total.backward()
+                optimizer.step()
+
+    g_module.eval().to("cpu")
+    if h_module is not None:
+        h_module.eval().to("cpu")
+
+
+class _TrainingScheme(Scheme):
+    name: str = ""
+
+    def __init__(
+        self,
+        epochs: int = 1000,
+        batch_size: int = 100,
+        lr: float = 5e-4,
+        weight_decay: float = 0.0,
+        noise_std: float = 0.0,
+        optimizer: str = "adam",
+    ) -> None:
+        self._params = TrainingParams(
+            epochs=epochs,
+            batch_size=batch_size,
+            lr=lr,
+            weight_decay=weight_decay,
+            noise_std=noise_std,
+            optimizer=optimizer,
+        )
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.noise_std = noise_std
+        self.optimizer = optimizer
+
+    def _prepare(self, outputs, selector, recalibrator, loss, coverage) -> None:
+        check_outputs(outputs, f"scheme {self.name!r}", min_rows=1)
+        _check_args(self.name, selector, recalibrator, loss, coverage)
+
+
+class SelectionScheme(_TrainingScheme):
+    """Selection only: train g with the loss and coverage terms; h is used as given.
+
+    The recalibrator is neither fitted nor trained — use ``none`` (the setting of Fisch
+    et al., 2022, which needs no fitting). A recalibrator that must be fitted first is an
+    error; fit it with the ``sequential`` scheme instead.
+    """
+
+    name = "selection"
+
+    def fit(self, outputs, *, selector, recalibrator, loss, coverage, context):
+        self._prepare(outputs, selector, recalibrator, loss, coverage)
+        try:
+            recalibrator.confidence(outputs.subset(np.arange(1)))
+        except (ValueError, AttributeError) as exc:
+            raise ValueError(
+                f"scheme 'selection' uses the recalibrator as given, without fitting it, but "
+                f"{type(recalibrator).__name__} cannot be used unfitted ({exc}); use "
+                "recalibrator 'none', or the 'sequential' scheme to fit it first"
+            ) from exc
+        train(self.name, self._params, outputs, selector, recalibrator, loss, coverage,
+              context, train_h=False)
+        self.n_fit_ = len(outputs)
+        return self
+
+
+class SequentialScheme(_TrainingScheme):
+    """Sequential: fit h on the fitting data (pre-training), freeze it, then train g."""
+
+    name = "sequential"
+
+    def fit(self, outputs, *, selector, recalibrator, loss, coverage, context):
+        self._prepare(outputs, selector, recalibrator, loss, coverage)
+        recalibrator.fit(outputs, context)
+        train(self.name, self._params, outputs, selector, recalibrator, loss, coverage,
+              context, train_h=False)
+        self.n_fit_ = len(outputs)
+        return self
+
+
+class JointScheme(_TrainingScheme):
+    """Joint (selective recalibration): fit h (pre-training), then train g and h together.
+
+    h must be differentiable (``none``, ``temperature``, ``platt``, ``mlp``); its live
+    module is trained in place by the same optimiser as g.
+    """
+
+    name = "joint"
+
+    def fit(self, outputs, *, selector, recalibrator, loss, coverage, context):
+        self._prepare(outputs, selector, recalibrator, loss, coverage)
+        if not recalibrator.differentiable:
+            raise ValueError(
+                f"scheme 'joint' trains h with g and needs a differentiable recalibrator "
+                f"(none, temperature, platt, mlp); {type(recalibrator).__name__} is not"
+            )
+        recalibrator.fit(outputs, context)
+        train(self.name, self._params, outputs, selector, recalibrator, loss, coverage,
+              context, train_h=True)
+        self.n_fit_ = len(outputs)
+        return self

@@ -1,0 +1,150 @@
+"""The paper's selection baselines: ``confidence``, ``isolation-forest``, ``one-class-svm``,
+and ``none`` (accept everything)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+from selbench.api import FitContext, NoParams, Params, Selector
+from selbench.data import ModelOutputs
+from sklearn.ensemble import IsolationForest
+from sklearn.preprocessing import StandardScaler
+from sklearn.svm import OneClassSVM
+
+from selbench_plugins.recalibrators._common import NotFittedError
+
+from ._common import check_confidence, check_features, check_outputs
+
+
+class ConfidenceSelector(Selector):
+    """Confidence-based rejection: score = the (recalibrated) top-label confidence.
+
+    Ranks examples by ĥ(f(x)) (or f̂(x) with recalibrator ``none``), rejecting the least
+    confident first — the paper's "Confidence" baseline. Nothing to fit.
+    """
+
+    def __init__(self) -> None:
+        NoParams()
+
+    def fit(self, outputs: ModelOutputs, confidence: np.ndarray, context: FitContext):
+        check_outputs(outputs, "selector 'confidence'", min_rows=1)
+        check_confidence(outputs, confidence, "selector 'confidence'")
+        self.n_fit_ = len(outputs)
+        return self
+
+    def score(self, outputs: ModelOutputs, confidence: np.ndarray) -> np.ndarray:
+        check_outputs(outputs, "selector 'confidence'")
+        return check_confidence(outputs, confidence, "selector 'confidence'")
+
+
+class NoSelector(Selector):
+    """No selection: every example gets the same score, so everything is accepted (β = 1)."""
+
+    def __init__(self) -> None:
+        NoParams()
+
+    def fit(self, outputs: ModelOutputs, confidence: np.ndarray, context: FitContext):
+        check_outputs(outputs, "selector 'none'", min_rows=1)
+        check_confidence(outputs, confidence, "selector 'none'")
+        self.n_fit_ = len(outputs)
+        return self
+
+    def score(self, outputs: ModelOutputs, confidence: np.ndarray) -> np.ndarray:
+        check_outputs(outputs, "selector 'none'")
+        check_confidence(outputs, confidence, "selector 'none'")
+        return np.zeros(len(outputs), dtype=np.float64)
+
+
+class IsolationForestParams(Params):
+    n_estimators: int = Field(100, ge=1, description="number of trees")
+    max_samples: Literal["auto"] | int | float = Field(
+        "auto", description="samples per tree: 'auto' (min(256, N)), a count, or a fraction"
+    )
+
+
+class IsolationForestSelector(Selector):
+    """Isolation Forest (Liu et al., 2008) on the feature embedding; higher = more typical.
+
+    The score is scikit-learn's ``score_samples`` (the negated anomaly score), so typical
+    examples are accepted first and outliers rejected. Seeded by ``context.seed``.
+    ``contamination`` does not affect ``score_samples`` and is not exposed. Learned state:
+    ``forest_``.
+    """
+
+    def __init__(self, n_estimators: int = 100, max_samples: str | float = "auto") -> None:
+        IsolationForestParams(n_estimators=n_estimators, max_samples=max_samples)
+        self.n_estimators = n_estimators
+        self.max_samples = max_samples
+
+    def fit(self, outputs: ModelOutputs, confidence: np.ndarray, context: FitContext):
+        check_outputs(outputs, "selector 'isolation-forest'", min_rows=2)
+        check_confidence(outputs, confidence, "selector 'isolation-forest'")
+        self.forest_ = IsolationForest(
+            n_estimators=self.n_estimators,
+            max_samples=self.max_samples,
+            random_state=int(context.seed) % (2**32),
+        ).fit(outputs.features)
+        self.feature_dim_ = outputs.feature_dim
+        return self
+
+    def score(self, outputs: ModelOutputs, confidence: np.ndarray) -> np.ndarray:
+        check_outputs(outputs, "selector 'isolation-forest'")
+        check_confidence(outputs, confidence, "selector 'isolation-forest'")
+        if getattr(self, "forest_", None) is None:
+            raise NotFittedError("selector 'isolation-forest' is not fitted; call fit first")
+        check_features(outputs, self.feature_dim_, "selector 'isolation-forest'")
+        return self.forest_.score_samples(outputs.features).astype(np.float64)
+
+
+class OneClassSVMParams(Params):
+    nu: float = Field(
+        0.5, gt=0, le=1, description="upper bound on the fraction of training outliers"
+    )
+    gamma: Literal["scale", "auto"] | float = Field(
+        "scale", description="RBF kernel coefficient ('scale', 'auto' or a positive float)"
+    )
+    standardize: bool = Field(
+        True, description="standardise each feature (fitting mean and std) before the SVM"
+    )
+
+
+class OneClassSVMSelector(Selector):
+    """One-class SVM (RBF) on the standardised embedding; higher = more typical.
+
+    Schölkopf et al. (2001); the score is scikit-learn's ``decision_function``.
+
+    The features are standardised with the fitting data's mean and standard deviation
+    (``standardize``). Deterministic. Learned state: ``scaler_`` (or None), ``svm_``.
+    """
+
+    def __init__(
+        self, nu: float = 0.5, gamma: str | float = "scale", standardize: bool = True
+    ) -> None:
+        OneClassSVMParams(nu=nu, gamma=gamma, standardize=standardize)
+        self.nu = nu
+        self.gamma = gamma
+        self.standardize = standardize
+
+    def fit(self, outputs: ModelOutputs, confidence: np.ndarray, context: FitContext):
+        check_outputs(outputs, "selector 'one-class-svm'", min_rows=2)
+        check_confidence(outputs, confidence, "selector 'one-class-svm'")
+        x = outputs.features.astype(np.float64)
+        self.scaler_ = StandardScaler().fit(x) if self.standardize else None
+        if self.scaler_ is not None:
+            x = self.scaler_.transform(x)
+        self.svm_ = OneClassSVM(kernel="rbf", nu=self.nu, gamma=self.gamma).fit(x)
+        self.feature_dim_ = outputs.feature_dim
+        return self
+
+    def score(self, outputs: ModelOutputs, confidence: np.ndarray) -> np.ndarray:
+        check_outputs(outputs, "selector 'one-class-svm'")
+        check_confidence(outputs, confidence, "selector 'one-class-svm'")
+        if getattr(self, "svm_", None) is None:
+            raise NotFittedError("selector 'one-class-svm' is not fitted; call fit first")
+        check_features(outputs, self.feature_dim_, "selector 'one-class-svm'")
+        x = outputs.features.astype(np.float64)
+        if self.scaler_ is not None:
+            x = self.scaler_.transform(x)
+        return self.svm_.decision_function(x).astype(np.float64)

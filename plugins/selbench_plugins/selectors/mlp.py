@@ -1,0 +1,121 @@
+"""``mlp``: the learned soft selector ĝ(x) = sigmoid(MLP(x)) of selective recalibration."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+from selbench.api import FitContext, Params, Selector
+from selbench.data import ModelOutputs
+
+from selbench_plugins.recalibrators._common import (
+    NotFittedError,
+    build_mlp,
+    run_module,
+    seeded_init,
+)
+
+from ._common import check_confidence, check_outputs
+
+#: the schemes that train a trainable selector (named in error messages)
+TRAINING_SCHEMES = ("selection", "sequential", "joint")
+
+InputKind = Literal["features", "logits", "probabilities"]
+
+
+class MLPSelectorParams(Params):
+    hidden: list[int] = Field(
+        default_factory=lambda: [128, 128],
+        description="hidden layer widths (ReLU); the paper uses [128, 128] in-distribution "
+        "and [64] under distribution shift",
+    )
+    input: InputKind = Field(
+        "features",
+        description="what ĝ reads: the feature embedding (paper), the logits, or the softmax "
+        "probabilities",
+    )
+
+
+class MLPSelectorNet(torch.nn.Module):
+    """``forward(x [B, d_in]) -> ĝ [B]`` in (0, 1): sigmoid of an MLP's single output."""
+
+    def __init__(self, d_in: int, hidden: list[int]):
+        super().__init__()
+        self.net = build_mlp(d_in, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.net(x).squeeze(-1))
+
+
+class MLPSelector(Selector):
+    """Learned soft selector ĝ(x) = sigmoid(MLP(x)), trained by a scheme through a loss.
+
+    ReLU MLP with widths ``hidden`` and one sigmoid output, reading the feature embedding
+    (default), the logits or the probabilities. The score is ĝ(x); the core thresholds it
+    at each coverage level. ``fit`` is not how it is trained: the ``selection``,
+    ``sequential`` and ``joint`` schemes train it.
+
+    Protocol with schemes (what a third-party trainable selector implements):
+
+    * class attribute ``trainable = True``;
+    * ``inputs(outputs)`` returns the float32 input matrix ``[N, d_in]``;
+    * ``init_module(outputs, context)`` creates ``self.module_`` (weights seeded by
+      ``context.seed`` only), a ``torch.nn.Module`` mapping ``[B, d_in] -> ĝ [B]`` in
+      (0, 1), and returns it; the scheme trains it in place (possibly on
+      ``context.device``, moving it back to the CPU at the end);
+    * ``score`` runs ``module_`` in eval mode without gradients.
+    """
+
+    trainable = True
+
+    def __init__(self, hidden: list[int] | None = None, input: InputKind = "features") -> None:
+        hidden = [128, 128] if hidden is None else list(hidden)
+        MLPSelectorParams(hidden=hidden, input=input)
+        self.hidden = hidden
+        self.input = input
+
+    def inputs(self, outputs: ModelOutputs) -> np.ndarray:
+        """The selector's input matrix, float32 ``[N, d_in]`` (a new array)."""
+        check_outputs(outputs, "selector 'mlp'")
+        if self.input == "features":
+            x = outputs.features
+        elif self.input == "logits":
+            x = outputs.logits
+        else:
+            x = outputs.probabilities()
+        return np.array(x, dtype=np.float32)
+
+    def init_module(self, outputs: ModelOutputs, context: FitContext) -> torch.nn.Module:
+        """Create, store as ``module_`` and return a freshly initialised selector network."""
+        check_outputs(outputs, "selector 'mlp'", min_rows=1)
+        d_in = outputs.feature_dim if self.input == "features" else outputs.num_classes
+        self.input_dim_ = int(d_in)
+        self.module_ = seeded_init(context.seed, lambda: MLPSelectorNet(d_in, self.hidden))
+        return self.module_
+
+    def fit(self, outputs: ModelOutputs, confidence: np.ndarray, context: FitContext):
+        raise ValueError(
+            "selector 'mlp' is trained through a selection loss by the "
+            + ", ".join(repr(s) for s in TRAINING_SCHEMES)
+            + " schemes, not by fit(); use one of them (the 'recalibration' scheme only fits "
+            "selectors such as 'confidence', 'isolation-forest' or 'one-class-svm')"
+        )
+
+    def score(self, outputs: ModelOutputs, confidence: np.ndarray) -> np.ndarray:
+        check_outputs(outputs, "selector 'mlp'")
+        check_confidence(outputs, confidence, "selector 'mlp'")
+        if getattr(self, "module_", None) is None:
+            raise NotFittedError(
+                "selector 'mlp' is not trained; train it with the "
+                + ", ".join(repr(s) for s in TRAINING_SCHEMES)
+                + " scheme"
+            )
+        x = self.inputs(outputs)
+        if x.shape[1] != self.input_dim_:
+            raise ValueError(
+                f"{self.input}: selector 'mlp' was trained on inputs of dimension "
+                f"{self.input_dim_}, got {x.shape[1]}"
+            )
+        return run_module(self.module_, x, index=None)

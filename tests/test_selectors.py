@@ -1,0 +1,123 @@
+"""Built-in selectors: the baselines' orientation, the learned selector's protocol."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from selbench import FitContext, ModelOutputs
+from selbench.plugins import get_registry
+from selbench_plugins.recalibrators._common import NotFittedError
+
+CTX = FitContext(seed=0)
+
+
+def synthetic(n=300, d=16, k=4, seed=0, n_outliers=0):
+    """Gaussian features (the last ``n_outliers`` rows shifted far away) and random logits."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d))
+    x[n - n_outliers :] += 8.0
+    logits = rng.normal(size=(n, k)) * 2
+    labels = rng.integers(0, k, n)
+    return ModelOutputs(features=x.astype(np.float32), logits=logits.astype(np.float32), labels=labels)
+
+
+def build(name, params=None):
+    return get_registry().get("selector", name).build(params)
+
+
+def test_confidence_selector_scores_by_confidence():
+    out = synthetic()
+    conf = np.random.default_rng(1).random(len(out))
+    sel = build("confidence").fit(out, conf, CTX)
+    score = sel.score(out, conf)
+    np.testing.assert_array_equal(score, conf)
+    assert score.dtype == np.float64 and score is not conf
+
+
+def test_none_selector_is_constant():
+    out = synthetic()
+    conf = out.confidence()
+    score = build("none").fit(out, conf, CTX).score(out, conf)
+    assert score.shape == (len(out),) and np.all(score == score[0])
+
+
+@pytest.mark.parametrize("name", ["isolation-forest", "one-class-svm"])
+def test_ood_selectors_score_outliers_lower(name):
+    fit = synthetic(n=300, seed=0)
+    test = synthetic(n=100, seed=1, n_outliers=10)
+    sel = build(name).fit(fit, fit.confidence(), CTX)
+    score = sel.score(test, test.confidence())
+    inlier, outlier = score[:90], score[90:]
+    assert outlier.max() < inlier.min()
+    with pytest.raises(ValueError, match="features"):
+        sel.score(synthetic(n=10, d=5), np.zeros(10))
+
+
+def test_isolation_forest_is_seeded():
+    out = synthetic()
+    conf = out.confidence()
+    a = build("isolation-forest").fit(out, conf, FitContext(seed=3)).score(out, conf)
+    b = build("isolation-forest").fit(out, conf, FitContext(seed=3)).score(out, conf)
+    c = build("isolation-forest").fit(out, conf, FitContext(seed=4)).score(out, conf)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+def test_one_class_svm_standardises_the_features():
+    out = synthetic()
+    scaled = ModelOutputs(features=out.features * 100 + 5, logits=out.logits, labels=out.labels)
+    conf = out.confidence()
+    a = build("one-class-svm").fit(out, conf, CTX).score(out, conf)
+    b = build("one-class-svm").fit(scaled, conf, CTX).score(scaled, conf)
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+# ---------------------------------------------------------------- the learned selector
+def test_mlp_selector_fit_names_the_training_schemes():
+    out = synthetic()
+    with pytest.raises(ValueError, match="'selection', 'sequential', 'joint'"):
+        build("mlp").fit(out, out.confidence(), CTX)
+    with pytest.raises(NotFittedError, match="sequential"):
+        build("mlp").score(out, out.confidence())
+
+
+@pytest.mark.parametrize("kind,dim", [("features", 16), ("logits", 4), ("probabilities", 4)])
+def test_mlp_selector_inputs_and_module(kind, dim):
+    out = synthetic()
+    sel = build("mlp", {"input": kind, "hidden": [8, 8]})
+    x = sel.inputs(out)
+    assert x.dtype == np.float32 and x.shape == (len(out), dim)
+    if kind == "probabilities":
+        np.testing.assert_allclose(x.sum(1), 1.0, atol=1e-5)
+    module = sel.init_module(out, CTX)
+    assert module is sel.module_
+    g = module(torch.tensor(x))
+    assert g.shape == (len(out),) and bool(((g > 0) & (g < 1)).all())
+    score = sel.score(out, out.confidence())
+    np.testing.assert_allclose(score, g.detach().numpy(), atol=1e-6)
+    linears = [m for m in module.modules() if isinstance(m, torch.nn.Linear)]
+    assert [m.out_features for m in linears] == [8, 8, 1]
+
+
+def test_mlp_selector_init_is_seeded_by_the_context():
+    out = synthetic()
+    x = torch.tensor(build("mlp").inputs(out))
+
+    def init(seed):
+        return build("mlp").init_module(out, FitContext(seed=seed))(x).detach()
+
+    torch.manual_seed(123)  # the global RNG must not matter
+    a = init(5)
+    torch.manual_seed(456)
+    b = init(5)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, init(6))
+
+
+def test_mlp_selector_rejects_inputs_of_another_dimension():
+    out = synthetic()
+    sel = build("mlp")
+    sel.init_module(out, CTX)
+    with pytest.raises(ValueError, match="dimension"):
+        sel.score(synthetic(n=10, d=5), np.zeros(10))
