@@ -107,11 +107,18 @@ def cmd_plugins(args: argparse.Namespace) -> int:
             print(f"  {plugin.name:<20} {plugin.describe()}  [{entry.provider}]")
             for fname, finfo in plugin.params.model_fields.items():
                 default = "required" if finfo.is_required() else f"default {finfo.get_default(call_default_factory=True)!r}"
-                ann = getattr(finfo.annotation, "__name__", None) or str(finfo.annotation).replace("typing.", "")
+                ann = _type_name(finfo.annotation)
                 desc = f" — {finfo.description}" if finfo.description else ""
                 print(f"      {fname}: {ann} ({default}){desc}")
         print()
     return EXIT_OK
+
+
+def _type_name(annotation) -> str:
+    """``int``, ``list[int]``, ``Literal['a', 'b']``, ``int | None`` ... for parameter listings."""
+    if getattr(annotation, "__args__", None) is None and hasattr(annotation, "__name__"):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "").replace("NoneType", "None")
 
 
 def build_parser() -> argparse.ArgumentParser:
