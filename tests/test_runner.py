@@ -158,6 +158,11 @@ def test_hoeffding_guarantee_is_recorded(tmp_path):
     feasible = betas + eps <= 1
     assert np.all(cov[feasible] - eps >= betas[feasible] - 1e-12)
     np.testing.assert_allclose(conf_cell["metrics"]["guaranteed_coverage"], cov - eps)
+    board = json.loads((tmp_path / "leaderboard.json").read_text())
+    row = next(r for r in board["experiments"][0]["rows"] if r["method"] == "Confidence")
+    auc_cov = row["metrics"]["coverage"]["auc"]["mean"]
+    assert row["metrics"]["guaranteed_coverage"]["auc"]["mean"] == pytest.approx(auc_cov - eps)
+    assert "Guaranteed cov." in (tmp_path / "leaderboard.md").read_text()
 
 
 def test_misbehaving_plugin_and_bad_sizes_are_named(tmp_path, monkeypatch):

@@ -74,6 +74,20 @@ COLUMNS: tuple[Column, ...] = (
     Column("accuracy", "Acc.", False),
     Column("coverage", "Coverage", None),
 )
+#: Shown when an experiment asks for a Hoeffding coverage guarantee.
+GUARANTEED = Column("guaranteed_coverage", "Guaranteed cov.", None)
+
+
+def columns_for(exp: dict) -> tuple[Column, ...]:
+    """The columns of one experiment's table: COLUMNS, plus the guaranteed coverage
+    (achieved coverage − ε) when the spec sets ``coverage_guarantee``."""
+    return COLUMNS + ((GUARANTEED,) if exp.get("coverage_guarantee") else ())
+
+
+def _column(key: str) -> Column:
+    return next(c for c in (*COLUMNS, GUARANTEED) if c.key == key)
+
+
 #: The metric whose p-values the Markdown shows.
 HEADLINE = "ece1"
 
@@ -300,7 +314,7 @@ def tables_from(results: ResultSet) -> dict[str, Any]:
             curves = method_curves(results, exp["name"], label)
             complete = {s: c for s, c in curves.items() if all(b in c for b in betas)}
             metrics: dict[str, dict[str, Any]] = {}
-            for col in COLUMNS:
+            for col in columns_for(exp):
                 entry: dict[str, Any] = {}
                 if report == "auc":
                     per_seed = {s: auc(betas, [_as_float(complete[s][b][col.key]) for b in betas])
@@ -313,12 +327,12 @@ def tables_from(results: ResultSet) -> dict[str, Any]:
                 metrics[col.key] = entry
             extra_keys = sorted(
                 {k for c in curves.values() for p in c.values() for k in p}
-                - {c.key for c in COLUMNS}
+                - {c.key for c in columns_for(exp)}
             )
             rows.append({
                 "method": label,
                 "metrics": metrics,
-                "curves": _curve_summary(curves, betas, [c.key for c in COLUMNS]),
+                "curves": _curve_summary(curves, betas, [c.key for c in columns_for(exp)]),
                 "extra_metrics": extra_keys,
                 "seeds": sorted(curves),
                 "timing": _timing(results, exp["name"], label),
@@ -390,7 +404,7 @@ def _points(rows: list[dict], key: str) -> list[str]:
 
 
 def _mark_best(rows: list[dict]) -> None:
-    for col in COLUMNS:
+    for col in (_column(k) for k in (rows[0]["metrics"] if rows else ())):
         for point in _points(rows, col.key):
             stats = [r["metrics"][col.key][point] for r in rows]
             if col.lower_is_better is None:
@@ -484,19 +498,20 @@ def render_markdown(tables: dict) -> str:
             lo, hi = min(exp["betas"]), max(exp["betas"])
             lines += [(f"Area under each metric's curve over β ∈ [{lo:g}, {hi:g}] "
                       f"({len(exp['betas'])} levels), normalised by the range."), ""]
-            headers = ["Method"] + [c.header for c in COLUMNS]
+            cols = columns_for(exp)
+            headers = ["Method"] + [c.header for c in cols]
             if show_p:
                 headers.append(f"p ({headline.label})")
             body = []
             for r in exp["rows"]:
-                line = [r["method"]] + [_fmt(r["metrics"][c.key]["auc"]) for c in COLUMNS]
+                line = [r["method"]] + [_fmt(r["metrics"][c.key]["auc"]) for c in cols]
                 if show_p:
                     line.append(_fmt_p(r["metrics"][HEADLINE]["auc"]))
                 body.append(line)
             lines += [tabulate(body, headers, tablefmt="github", disable_numparse=True), ""]
         else:
             headers = ["Method"] + [f"β={b:g}" for b in exp["betas"]]
-            for c in COLUMNS:
+            for c in columns_for(exp):
                 lines += [f"### {c.header} at coverage β", ""]
                 body = [[r["method"]] + [_fmt(r["metrics"][c.key][f"{b:g}"]) for b in exp["betas"]]
                         for r in exp["rows"]]
@@ -520,7 +535,7 @@ def render_csv(tables: dict) -> str:
     writer.writerow(CSV_HEADER)
     for exp in tables["experiments"]:
         for r in exp["rows"]:
-            for c in COLUMNS:
+            for c in columns_for(exp):
                 for point, stat in r["metrics"][c.key].items():
                     ci = stat.get("ci95") or ["", ""]
                     p = stat.get("p_vs_best")
