@@ -1,0 +1,275 @@
+"""``clip``: zero-shot classification with an open_clip model (the paper's CIFAR-100 setting).
+
+For the class names of the split (:attr:`selbench.api.SplitData.class_names`, underscores
+read as spaces) the text tower embeds the prompts ``template.format(name)``; an image's
+logits are ``logit_scale · cos(image embedding, class text embedding)`` (plus the model's
+``logit_bias`` for SigLIP models), and its features are the L2-normalised image embedding.
+
+Images arrive as the datasets' uint8 items and are prepared on the device as open_clip's
+own preprocessing does: bicubic resize of the short side to the model's input size, centre
+crop, the model's mean/std (for ``resize_mode: squash`` a direct resize instead).
+
+Weights (``pretrained``) are **never downloaded**:
+
+* a tag (``openai``, ``laion2b_s34b_b79k``, ...) is looked up in the local caches open_clip
+  downloads to — the Hugging Face hub cache (``$HF_HOME``, ``cache_dir``) and
+  ``~/.cache/clip`` — and a ``FileNotFoundError`` says how to fetch it if it is absent;
+* a file path loads that checkpoint;
+* ``null`` keeps the random initialisation (seeded by ``init_seed``; tests and smoke runs);
+* ``model: "local-dir:/path"`` reads an open_clip model folder (``open_clip_config.json``
+  plus, optionally, its weights) and ignores ``pretrained``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, create_model, field_validator
+from selbench.api import Backbone, Dataset, FitContext, Params, Plugin
+from selbench.data import ModelOutputs
+
+from selbench_plugins.backbones.extract import (
+    extract_outputs,
+    full_precision,
+    normalize,
+    require,
+    to_float_images,
+)
+from selbench_plugins.backbones.torchvision_nets import loader_fields
+
+__all__ = ["PLUGIN", "ClipParams", "ClipZeroShot"]
+
+OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
+OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+class _ClipBase(Params):
+    model: str = Field(
+        "ViT-B-32", description="open_clip model name (e.g. ViT-B-32) or local-dir:/path"
+    )
+    pretrained: str | None = Field(
+        "openai",
+        description="weights tag (from the local cache, never downloaded), a checkpoint file, "
+        "or null for random init",
+    )
+    template: str = Field("a photo of a {}.", description="prompt; {} is the class name")
+    cache_dir: str | None = Field(
+        None, description="open_clip cache_dir the weights were downloaded to (default: HF cache)"
+    )
+    init_seed: int = Field(0, ge=0, description="seed of the random init (pretrained: null)")
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, v: str) -> str:
+        if v.count("{}") != 1:
+            raise ValueError("template must contain exactly one {} for the class name")
+        return v
+
+
+ClipParams = create_model("ClipParams", __base__=_ClipBase, __module__=__name__, **loader_fields())
+
+
+def _cached_weights(cfg: dict, cache_dir: str | None) -> tuple[Path | None, list[str]]:
+    """The local file of a pretrained tag, looking where open_clip downloads to."""
+    looked: list[str] = []
+    hub = cfg.get("hf_hub", "")
+    if hub:
+        hf = require("huggingface_hub", "looking up cached CLIP weights")
+        repo, filename = os.path.split(hub)
+        names = [filename] if filename else []
+        names += ["open_clip_model.safetensors", "open_clip_pytorch_model.bin"]
+        for name in dict.fromkeys(names):
+            looked.append(f"hf://{repo}/{name}")
+            found = hf.try_to_load_from_cache(repo, name, cache_dir=cache_dir)
+            if isinstance(found, str) and os.path.isfile(found):
+                return Path(found), looked
+    url = cfg.get("url", "")
+    if url:
+        target = Path(cache_dir or os.path.expanduser("~/.cache/clip")) / os.path.basename(url)
+        looked.append(str(target))
+        if target.is_file():
+            return target, looked
+    return None, looked
+
+
+class ClipZeroShot(Backbone):
+    """Zero-shot open_clip classifier: logits = logit_scale × cosine(image, class prompts);
+    features = normalised image embedding."""
+
+    def __init__(
+        self,
+        model: str = "ViT-B-32",
+        pretrained: str | None = "openai",
+        template: str = "a photo of a {}.",
+        cache_dir: str | None = None,
+        init_seed: int = 0,
+        batch_size: int = 256,
+        num_workers: int = 4,
+        amp: bool = True,
+    ):
+        self.model = model
+        self.pretrained = pretrained
+        self.template = template
+        self.cache_dir = cache_dir
+        self.init_seed = init_seed
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.amp = amp
+        self._net: Any = None
+        self._text: dict[tuple[str, ...], torch.Tensor] = {}
+
+    # ------------------------------------------------------------------ model
+    def build(self) -> Any:
+        """The open_clip model, weights loaded from local files only."""
+        if self._net is not None:
+            return self._net
+        oc = require("open_clip", "the clip backbone")
+        name, tag = self.model, self.pretrained
+        if name.startswith("hf-hub:"):
+            raise ValueError(
+                f"clip: model {name!r} would be fetched from the Hugging Face hub; selbench "
+                "never downloads. Download the repository once and use model: local-dir:/path"
+            )
+        kwargs: dict[str, Any] = {}
+        if name.startswith("local-dir:") or tag is None:
+            tag = None
+        elif Path(tag).expanduser().is_file():
+            tag = str(Path(tag).expanduser())
+        else:
+            cfg = oc.get_pretrained_cfg(name, tag)
+            if not cfg:
+                tags = oc.list_pretrained_tags_by_model(name)
+                raise ValueError(
+                    f"clip: {tag!r} is neither a checkpoint file nor a pretrained tag of "
+                    f"{name!r} (tags: {', '.join(tags) or 'none'})"
+                )
+            path, looked = _cached_weights(cfg, self.cache_dir)
+            if path is None:
+                raise FileNotFoundError(
+                    f"clip: weights {name}/{tag} are not in the local cache (looked for "
+                    f"{'; '.join(looked)}). selbench never downloads weights. Fetch them once "
+                    "where there is internet access with\n"
+                    f"    python -c \"import open_clip; open_clip.create_model('{name}', "
+                    f"pretrained='{tag}')\"\n"
+                    "(they go to the Hugging Face cache, ~/.cache/huggingface/hub; copy that "
+                    "folder over or set HF_HOME), or give the checkpoint file as pretrained."
+                )
+            tag = str(path)
+            kwargs["force_quick_gelu"] = bool(cfg.get("quick_gelu", False))
+            pre = {k: cfg[k] for k in ("mean", "std", "interpolation", "resize_mode") if k in cfg}
+            if pre:
+                kwargs["force_preprocess_cfg"] = pre
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.init_seed)
+            net = oc.create_model(name, pretrained=tag, device="cpu", **kwargs)
+        net.eval()
+        self._net = net
+        return net
+
+    def _preprocess_cfg(self, net: Any) -> tuple[int, tuple, tuple, str]:
+        cfg = dict(getattr(net.visual, "preprocess_cfg", {}) or {})
+        size = getattr(net.visual, "image_size", cfg.get("size", 224))
+        if isinstance(size, (tuple, list)):
+            if size[0] != size[1]:
+                raise ValueError(f"clip: non-square input size {size} is not supported")
+            size = size[0]
+        mode = cfg.get("resize_mode", "shortest")
+        if mode not in ("shortest", "squash"):
+            raise ValueError(f"clip: resize_mode {mode!r} is not supported (shortest, squash)")
+        mean, std = tuple(cfg.get("mean", OPENAI_MEAN)), tuple(cfg.get("std", OPENAI_STD))
+        return int(size), mean, std, mode
+
+    def text_embeddings(self, class_names: list[str], device: torch.device) -> torch.Tensor:
+        """L2-normalised text embeddings ``[K, D]`` of the class prompts (cached)."""
+        key = tuple(class_names)
+        if key not in self._text:
+            oc = require("open_clip", "the clip backbone")
+            net = self.build().to(device)
+            tokenizer = oc.get_tokenizer(self.model)
+            prompts = [self.template.format(c.replace("_", " ")) for c in class_names]
+            chunks = []
+            cuda = device.type == "cuda"
+            ctx = (
+                torch.autocast("cuda", dtype=torch.float16)
+                if cuda and self.amp
+                else contextlib.nullcontext()
+            )
+            with torch.inference_mode(), ctx:
+                for i in range(0, len(prompts), 256):
+                    tokens = tokenizer(prompts[i:i + 256]).to(device)
+                    chunks.append(net.encode_text(tokens).float())
+            # the class embeddings are normalised in float32 (outside autocast)
+            self._text[key] = F.normalize(torch.cat(chunks), dim=-1)
+        return self._text[key].to(device)
+
+    # ------------------------------------------------------------------ extraction
+    def extract(self, dataset: Dataset, split: str, context: FitContext) -> ModelOutputs:
+        data = dataset.split(split)
+        if not data.class_names:
+            raise ValueError(
+                f"clip: split {split!r} of {type(dataset).__name__} has no class names; "
+                "zero-shot classification needs SplitData.class_names"
+            )
+        k = int(getattr(dataset, "num_classes", len(data.class_names)))
+        if len(data.class_names) != k:
+            raise ValueError(
+                f"clip: split {split!r} has {len(data.class_names)} class names for {k} classes"
+            )
+        device = torch.device(context.device)
+        net = self.build().to(device)
+        text = self.text_embeddings(list(data.class_names), device)
+        size, mean, std, mode = self._preprocess_cfg(net)
+        scale = net.logit_scale.detach().float().exp().clamp(max=100.0)
+        bias = getattr(net, "logit_bias", None)
+        bias = None if bias is None else bias.detach().float()
+
+        def step(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            x = to_float_images(x)
+            x = _resize_crop(x, size, mode).clamp_(0.0, 1.0)
+            emb = net.encode_image(normalize(x, mean, std)).float()
+            with full_precision(emb):
+                img = F.normalize(emb, dim=-1)
+                logits = scale * img @ text.T
+                if bias is not None:
+                    logits = logits + bias
+            return img, logits
+
+        return extract_outputs(
+            dataset, split, context, step,
+            batch_size=self.batch_size, num_workers=self.num_workers, amp=self.amp,
+            name="clip",
+            meta={"model": self.model, "pretrained": self.pretrained, "template": self.template,
+                  "logit_scale": float(scale)},
+        )  # fmt: skip
+
+
+def _resize_crop(x: torch.Tensor, size: int, mode: str) -> torch.Tensor:
+    """open_clip's eval geometry on a float batch: bicubic resize (short side, or both sides
+    for ``squash``) to ``size``, then a centre crop."""
+    h, w = x.shape[-2:]
+    if mode == "squash":
+        if (h, w) != (size, size):
+            x = F.interpolate(x, size=(size, size), mode="bicubic", align_corners=False,
+                              antialias=True)
+        return x
+    if min(h, w) != size:
+        scale = size / min(h, w)
+        nh, nw = max(size, round(h * scale)), max(size, round(w * scale))
+        x = F.interpolate(x, size=(nh, nw), mode="bicubic", align_corners=False, antialias=True)
+        h, w = nh, nw
+    top, left = (h - size) // 2, (w - size) // 2
+    return x[..., top:top + size, left:left + size]
+
+
+PLUGIN = Plugin(
+    "clip",
+    ClipZeroShot,
+    ClipParams,
+    summary="open_clip zero-shot classifier (weights from the local cache only); "
+    "features = normalised image embedding",
+)

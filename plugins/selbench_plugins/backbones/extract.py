@@ -1,0 +1,267 @@
+"""Shared machinery of the image backbones: optional imports, image items, batched extraction.
+
+The image datasets (``camelyon17``, ``rxrx1``, ``imagenet``, ``cifar100``, ``cifar100-c``)
+return, as :attr:`selbench.api.SplitData.inputs`, an :class:`ImageItems` dataset whose items
+are ``(image, label)`` with ``image`` a **uint8** ``[3, H, W]`` tensor (0–255, RGB). Only the
+geometry that makes a split batchable (ImageNet's resize 256 / centre crop 224) and optional
+data augmentation (AugMix) happen on the dataset side; every model-specific step —
+conversion to float, resizing to the model's input size, normalisation — is done by the
+backbone on ``context.device``, so that one dataset serves every backbone and the GPU does
+the arithmetic.
+
+:func:`extract_outputs` runs a model over a split: a batched ``DataLoader`` (pinned memory
+on CUDA, ``num_workers`` loader processes), inference mode, mixed precision
+(``torch.autocast`` in float16) on CUDA, a tqdm bar when ``context.progress``, and float32
+:class:`~selbench.data.ModelOutputs` at the end. The first item is loaded in the calling
+process before any worker starts, so missing files fail at once with the dataset's own
+message (which says where to get the data) instead of inside a worker.
+
+torchvision, wilds and open_clip are optional (``pip install 'selbench[vision]'``) and are
+imported only when a vision plugin is used, through :func:`require`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from selbench.api import Dataset, FitContext
+from selbench.data import DataError, ModelOutputs
+
+__all__ = [
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "ImageItems",
+    "augmix_transform",
+    "extract_outputs",
+    "normalize",
+    "require",
+    "to_float_images",
+]
+
+#: the channel statistics torchvision's ImageNet models (and WILDS' Camelyon17 model) expect
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+_EXTRA_FOR = {"torchvision": "torchvision", "wilds": "wilds", "open_clip": "open-clip-torch"}
+
+
+def require(module: str, what: str) -> Any:
+    """Import an optional dependency, or fail with the command that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        pkg = _EXTRA_FOR.get(module.split(".")[0], module.split(".")[0])
+        raise ImportError(
+            f"{what} needs the optional package {pkg!r}, which is not importable ({exc}); "
+            "install selbench[vision]: pip install 'selbench[vision]'"
+        ) from exc
+
+
+# --------------------------------------------------------------------------- dataset side
+def augmix_transform(severity: int = 3, width: int = 3) -> Callable:
+    """torchvision's AugMix (Hendrycks et al., 2020) on PIL images; the paper's CIFAR-100
+    setting is severity 3, mixture width 3."""
+    T = require("torchvision.transforms", "AugMix")
+    return T.AugMix(severity=severity, mixture_width=width)
+
+
+def _item_seed(seed: int, index: int) -> int:
+    return zlib.crc32(np.asarray([seed, index], dtype=np.int64).tobytes())
+
+
+class ImageItems(torch.utils.data.Dataset):
+    """A split of images as ``(uint8 [3, H, W] tensor, int label)`` items.
+
+    Args:
+        get_image: ``get_image(i)`` returns example ``i`` as a PIL image (any mode; it is
+            converted to RGB). Must be picklable when loader workers use ``spawn``
+            (a bound method or a top-level callable object, not a lambda).
+        labels: int64 ``[N]`` classes.
+        geometry: optional PIL -> PIL transform applied first (resize / crop).
+        augment: optional PIL -> PIL random augmentation (AugMix). It is made
+            deterministic per example: item ``i`` draws from a torch generator seeded with
+            ``(seed, i)``, whatever the loader's worker count or order.
+        seed: seed of the augmentation.
+    """
+
+    def __init__(
+        self,
+        get_image: Callable[[int], Any],
+        labels: np.ndarray,
+        geometry: Callable | None = None,
+        augment: Callable | None = None,
+        seed: int = 0,
+    ):
+        self.get_image = get_image
+        self.labels = np.asarray(labels, dtype=np.int64)
+        self.geometry = geometry
+        self.augment = augment
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        img = self.get_image(index)
+        if img.mode != "RGB":
+            img = img.convert("RGB")
+        if self.geometry is not None:
+            img = self.geometry(img)
+        if self.augment is not None:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(_item_seed(self.seed, index))
+                img = self.augment(img)
+        arr = np.array(img, dtype=np.uint8, copy=True)  # [H, W, 3]
+        return torch.from_numpy(arr).permute(2, 0, 1).contiguous(), int(self.labels[index])
+
+
+class ArrayImages:
+    """``get_image`` for images held in a uint8 array ``[N, H, W, 3]`` (CIFAR)."""
+
+    def __init__(self, images: np.ndarray):
+        self.images = images
+
+    def __call__(self, index: int):
+        from PIL import Image
+
+        return Image.fromarray(np.asarray(self.images[index]))
+
+
+# --------------------------------------------------------------------------- model side
+def to_float_images(x: torch.Tensor) -> torch.Tensor:
+    """uint8 images (0–255) -> float32 in [0, 1]; float images are returned as float32."""
+    if x.dtype == torch.uint8:
+        return x.float().div_(255.0)
+    return x.float()
+
+
+def normalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
+    """Per-channel ``(x - mean) / std`` of a float batch ``[B, 3, H, W]``."""
+    m = torch.as_tensor(mean, dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
+    s = torch.as_tensor(std, dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
+    return (x - m) / s
+
+
+def standardize_per_image(x: torch.Tensor) -> torch.Tensor:
+    """Each image and channel to zero mean and unit (unbiased) std — WILDS' RxRx1 input."""
+    mean = x.mean(dim=(2, 3), keepdim=True)
+    std = x.std(dim=(2, 3), keepdim=True)
+    std = torch.where(std == 0, torch.ones_like(std), std)
+    return (x - mean) / std
+
+
+def preprocess(x: torch.Tensor, normalization: str) -> torch.Tensor:
+    """uint8/float batch -> model input with ``imagenet``, ``per-image`` or ``none`` scaling."""
+    x = to_float_images(x)
+    if normalization == "imagenet":
+        return normalize(x, IMAGENET_MEAN, IMAGENET_STD)
+    if normalization == "per-image":
+        return standardize_per_image(x)
+    if normalization == "none":
+        return x
+    raise ValueError(f"normalization: expected imagenet, per-image or none, got {normalization!r}")
+
+
+def full_precision(x: torch.Tensor):
+    """A context that turns autocast off on ``x``'s device: the final layers (classifier
+    head, cosine logits) run in float32 even when the trunk runs in float16, so that the
+    logits — what calibration is measured on — carry no half-precision rounding."""
+    return torch.autocast(device_type=x.device.type, enabled=False)
+
+
+def split_head(model: torch.nn.Module, attr: str) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """Detach a torchvision classifier's last layer: returns ``(body, head)`` where
+    ``body(x)`` is the pooled penultimate embedding and ``head(body(x))`` the logits."""
+    head = getattr(model, attr)
+    setattr(model, attr, torch.nn.Identity())
+    return model, head
+
+
+def _check_items(items: Any, where: str) -> None:
+    if not (hasattr(items, "__getitem__") and hasattr(items, "__len__")):
+        raise TypeError(
+            f"{where}: expected the split's inputs to be a torch Dataset of (image, label) "
+            f"items, got {type(items).__name__}; pair this backbone with an image dataset "
+            "(camelyon17, rxrx1, imagenet, cifar100, cifar100-c)"
+        )
+
+
+def extract_outputs(
+    dataset: Dataset,
+    split: str,
+    context: FitContext,
+    step: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    *,
+    batch_size: int,
+    num_workers: int,
+    amp: bool,
+    name: str,
+    meta: dict | None = None,
+) -> ModelOutputs:
+    """Run ``step(images) -> (features, logits)`` over ``dataset.split(split)``.
+
+    ``step`` receives the raw batch already on ``context.device`` (uint8 ``[B, 3, H, W]``),
+    runs under ``torch.inference_mode`` and, on CUDA with ``amp``, under float16 autocast.
+    Returns float32 features and logits, the split's labels and domain.
+    """
+    data = dataset.split(split)
+    items = data.inputs
+    where = f"{name}: split {split!r}"
+    _check_items(items, where)
+    n = len(items)
+    labels = np.asarray(data.labels, dtype=np.int64)
+    if labels.shape != (n,):
+        raise ValueError(f"{where}: labels have shape {labels.shape} but the split has {n} items")
+    if n == 0:
+        raise ValueError(f"{where}: the split is empty")
+    items[0]  # fail here, in this process, if the files are missing (FileNotFoundError)
+
+    device = torch.device(context.device)
+    cuda = device.type == "cuda"
+    loader = torch.utils.data.DataLoader(
+        items,
+        batch_size=batch_size,
+        shuffle=False,
+        num_workers=num_workers,
+        pin_memory=cuda,
+        persistent_workers=False,
+    )
+    from tqdm.auto import tqdm
+
+    feats: list[np.ndarray] = []
+    logits: list[np.ndarray] = []
+    seen: list[np.ndarray] = []
+    autocast = (
+        torch.autocast("cuda", dtype=torch.float16) if cuda and amp else contextlib.nullcontext()
+    )
+    with torch.inference_mode(), autocast:
+        for xb, yb in tqdm(loader, desc=f"{name} [{split}]", unit="batch",
+                           disable=not context.progress):
+            f, z = step(xb.to(device, non_blocking=cuda))
+            feats.append(f.float().cpu().numpy())
+            logits.append(z.float().cpu().numpy())
+            seen.append(np.asarray(yb, dtype=np.int64))
+    got = np.concatenate(seen)
+    if not np.array_equal(got, labels):
+        raise ValueError(f"{where}: the labels yielded by the items differ from split.labels")
+    info = {"backbone": name, "split": split, "n": n}
+    info.update(meta or {})
+    if "domains" in data.meta:
+        info["domains"] = list(data.meta["domains"])
+    try:
+        return ModelOutputs(
+            features=np.concatenate(feats).astype(np.float32, copy=False),
+            logits=np.concatenate(logits).astype(np.float32, copy=False),
+            labels=labels,
+            domain=data.domain,
+            meta=info,
+        )
+    except DataError as exc:
+        hint = " (float16 overflow? set the backbone's amp: false)" if cuda and amp else ""
+        raise DataError(f"{where}: {exc}{hint}") from exc

@@ -1,0 +1,173 @@
+"""``resnet34``: torchvision's ImageNet ResNet-34, as in the paper's ImageNet experiment.
+
+Features are the 512-d globally pooled penultimate layer, logits the final ``fc`` layer.
+Inputs are the image datasets' uint8 items, normalised on the device with the ImageNet
+channel statistics (for ``imagenet`` the dataset has already resized to 256 and centre
+cropped 224: together that is torchvision's standard evaluation transform).
+
+Weights: ``weights: IMAGENET1K_V1`` (default, the weights the paper used) are read from the
+torch hub cache (``$TORCH_HOME/hub/checkpoints``, default ``~/.cache/torch/hub/checkpoints``)
+and **never downloaded**: a missing file is a ``FileNotFoundError`` naming the file and the
+URL. ``weights`` may also be the path of a state-dict file, or ``null`` for a random
+initialisation (seeded by ``init_seed``; the classifier then has one output per class of the
+dataset — for tests and smoke runs only).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import Field, create_model
+from selbench.api import Backbone, Dataset, FitContext, Params, Plugin
+from selbench.data import ModelOutputs
+
+from selbench_plugins.backbones.extract import (
+    extract_outputs,
+    full_precision,
+    preprocess,
+    require,
+    split_head,
+)
+
+__all__ = ["PLUGIN", "ResNet34", "ResNet34Params", "TorchvisionClassifier", "hub_weights_path"]
+
+
+def loader_fields() -> dict:
+    """Parameters shared by the image backbones, declared last in each (they set how the
+    extraction runs, not what it computes; ``amp`` changes the numbers slightly on CUDA)."""
+    return {
+        "batch_size": (int, Field(256, ge=1, description="images per forward pass")),
+        "num_workers": (int, Field(
+            4, ge=0, description="DataLoader worker processes (0: in-process)"
+        )),
+        "amp": (bool, Field(True, description="float16 autocast on CUDA (ignored on CPU)")),
+    }  # fmt: skip
+
+
+class _ResNet34Base(Params):
+    weights: str | None = Field(
+        "IMAGENET1K_V1",
+        description="torchvision weights name (read from the torch hub cache, never "
+        "downloaded), a state-dict file path, or null for random init",
+    )
+    init_seed: int = Field(0, ge=0, description="seed of the random init (weights: null)")
+
+
+ResNet34Params = create_model(
+    "ResNet34Params", __base__=_ResNet34Base, __module__=__name__, **loader_fields()
+)
+
+
+def hub_weights_path(weights: Any) -> Path:
+    """Where torchvision keeps a weights enum's file once downloaded."""
+    return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(weights.url)
+
+
+def load_state_dict_file(path: Path, what: str) -> dict:
+    if not path.is_file():
+        raise FileNotFoundError(f"{what}: weights file {path} does not exist")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+        state = state["state_dict"]
+    return state
+
+
+class TorchvisionClassifier(Backbone):
+    """A torchvision ImageNet classifier: pooled penultimate features + logits."""
+
+    arch = "resnet34"
+    head = "fc"
+    display = "ResNet-34"
+
+    def __init__(
+        self,
+        weights: str | None = "IMAGENET1K_V1",
+        init_seed: int = 0,
+        batch_size: int = 256,
+        num_workers: int = 4,
+        amp: bool = True,
+    ):
+        self.weights = weights
+        self.init_seed = init_seed
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.amp = amp
+
+    def build(self, num_classes: int) -> torch.nn.Module:
+        """The network with its weights loaded (no download ever)."""
+        models = require("torchvision.models", f"the {self.arch} backbone")
+        ctor = getattr(models, self.arch)
+        if self.weights is None:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self.init_seed)
+                return ctor(weights=None, num_classes=num_classes)
+        path = Path(self.weights).expanduser()
+        if path.suffix in (".pth", ".pt", ".bin") or path.is_file():
+            state = load_state_dict_file(path, self.arch)
+        else:
+            try:
+                enum = models.get_model_weights(self.arch)[self.weights]
+            except KeyError:
+                known = ", ".join(w.name for w in models.get_model_weights(self.arch))
+                raise ValueError(
+                    f"{self.arch}: unknown weights {self.weights!r}; torchvision has {known} "
+                    "(or give a state-dict file path, or null for random init)"
+                ) from None
+            path = hub_weights_path(enum)
+            if not path.is_file():
+                raise FileNotFoundError(
+                    f"{self.display} weights {self.weights} are not in the torch hub cache: "
+                    f"{path} does not exist. selbench never downloads weights. Fetch them once "
+                    f"where there is internet access (download {enum.url} into {path.parent}, "
+                    f"or run python -c \"import torchvision; torchvision.models.{self.arch}"
+                    f"(weights='{self.weights}')\"), set TORCH_HOME to the cache folder that "
+                    "holds them, or give the file's path as weights."
+                )
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        k = state[f"{self.head}.weight"].shape[0] if f"{self.head}.weight" in state else 1000
+        model = ctor(weights=None, num_classes=k)
+        model.load_state_dict(state)
+        return model
+
+    def extract(self, dataset: Dataset, split: str, context: FitContext) -> ModelOutputs:
+        device = torch.device(context.device)
+        model = self.build(int(getattr(dataset, "num_classes", 1000)))
+        body, head = split_head(model, self.head)
+        body.eval().to(device)
+        head.eval().to(device)
+        if device.type == "cuda":
+            body.to(memory_format=torch.channels_last)
+
+        def step(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            x = preprocess(x, "imagenet")
+            if device.type == "cuda":
+                x = x.contiguous(memory_format=torch.channels_last)
+            f = body(x).float()
+            with full_precision(f):
+                return f, head(f)
+
+        return extract_outputs(
+            dataset, split, context, step,
+            batch_size=self.batch_size, num_workers=self.num_workers, amp=self.amp,
+            name=self.arch, meta={"weights": self.weights},
+        )  # fmt: skip
+
+
+class ResNet34(TorchvisionClassifier):
+    """torchvision ResNet-34 (ImageNet weights by default); features = 512-d pooled layer,
+    logits = fc."""
+
+    arch = "resnet34"
+    head = "fc"
+    display = "ResNet-34"
+
+
+PLUGIN = Plugin(
+    "resnet34",
+    ResNet34,
+    ResNet34Params,
+    summary="torchvision ResNet-34 (IMAGENET1K_V1 from the local torch cache); 512-d features",
+)

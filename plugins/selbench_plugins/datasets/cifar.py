@@ -1,0 +1,393 @@
+"""``cifar100`` and ``cifar100-c``: the paper's CIFAR-100 → CIFAR-100-C shift experiment.
+
+* ``cifar100`` — CIFAR-100 (Krizhevsky, 2009) from the official python release
+  (``root/cifar-100-python/{train,test,meta}``), splits ``train`` (50,000) and ``test``
+  (10,000).
+* ``cifar100-c`` — the paper's setting in one dataset: split ``val`` is clean CIFAR-100
+  (the fitting data; by default a seeded 10,000 of the *training* images, so that no
+  fitted image reappears, corrupted, in the evaluation data), and split ``test`` is a
+  seeded sample of ``n`` images (50,000 by default, as in the paper) from the 750,000 of
+  CIFAR-100-C (Hendrycks & Dietterich, 2019): 15 corruptions × 5 severities × the 10,000
+  test images. The domain of a test image is its (corruption, severity) pair, with id
+  ``5·corruption_index + severity − 1`` and names ``"<corruption>-<severity>"`` in
+  ``meta["domains"]``.
+
+CIFAR-100-C release layout (``root``): ``<corruption>.npy`` uint8 ``[50000, 32, 32, 3]``
+— severities 1..5 stacked, 10,000 images each — and ``labels.npy`` ``[50000]``. The files
+are memory-mapped and only the sampled rows are read.
+
+AugMix (Hendrycks et al., 2020; the paper augments the CIFAR-100 fitting data with severity
+3, mixture width 3) is applied to the splits listed in ``augmix_splits``; each image gets one
+augmented view, deterministic given ``augmix_seed`` and its index.
+
+Items are uint8 ``[3, 32, 32]`` tensors; the backbone resizes and normalises on the device.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import Field, create_model, field_validator
+from selbench.api import Dataset, Params, Plugin, SplitData
+
+from selbench_plugins.backbones.extract import ArrayImages, ImageItems, augmix_transform, require
+
+__all__ = [
+    "CIFAR100",
+    "CIFAR100C",
+    "CIFAR100_CLASSES",
+    "CIFAR100_C_CORRUPTIONS",
+    "PLUGINS",
+    "CIFAR100CParams",
+    "CIFAR100Params",
+]
+
+CIFAR100_URL = "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"
+CIFAR100_C_URL = "https://zenodo.org/records/3555552 (CIFAR-100-C.tar)"
+
+#: the 15 corruptions of the CIFAR-100-C benchmark (the release adds 4 "extra" ones:
+#: speckle_noise, gaussian_blur, spatter, saturate — name them in ``corruptions`` to use them)
+CIFAR100_C_CORRUPTIONS: tuple[str, ...] = (
+    "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur",
+    "motion_blur", "zoom_blur", "snow", "frost", "fog", "brightness", "contrast",
+    "elastic_transform", "pixelate", "jpeg_compression",
+)  # fmt: skip
+
+#: CIFAR-100's fine labels in label order (as in the release's ``meta`` file)
+CIFAR100_CLASSES: tuple[str, ...] = (
+    "apple", "aquarium_fish", "baby", "bear", "beaver", "bed", "bee", "beetle", "bicycle",
+    "bottle", "bowl", "boy", "bridge", "bus", "butterfly", "camel", "can", "castle",
+    "caterpillar", "cattle", "chair", "chimpanzee", "clock", "cloud", "cockroach", "couch",
+    "crab", "crocodile", "cup", "dinosaur", "dolphin", "elephant", "flatfish", "forest", "fox",
+    "girl", "hamster", "house", "kangaroo", "keyboard", "lamp", "lawn_mower", "leopard", "lion",
+    "lizard", "lobster", "man", "maple_tree", "motorcycle", "mountain", "mouse", "mushroom",
+    "oak_tree", "orange", "orchid", "otter", "palm_tree", "pear", "pickup_truck", "pine_tree",
+    "plain", "plate", "poppy", "porcupine", "possum", "rabbit", "raccoon", "ray", "road",
+    "rocket", "rose", "sea", "seal", "shark", "shrew", "skunk", "skyscraper", "snail", "snake",
+    "spider", "squirrel", "streetcar", "sunflower", "sweet_pepper", "table", "tank",
+    "telephone", "television", "tiger", "tractor", "train", "trout", "tulip", "turtle",
+    "wardrobe", "whale", "willow_tree", "wolf", "woman", "worm",
+)  # fmt: skip
+
+
+def _augmix_fields() -> dict:
+    """The AugMix parameters shared by both datasets (declared last in each)."""
+    return {
+        "augmix_splits": (list[str], Field(
+            default_factory=list,
+            description="splits whose images are AugMix-augmented (paper: the fitting split)",
+        )),
+        "augmix_severity": (int, Field(3, ge=1, le=10, description="AugMix severity (paper: 3)")),
+        "augmix_width": (int, Field(3, ge=1, description="AugMix mixture width (paper: 3)")),
+        "augmix_seed": (int, Field(0, ge=0, description="seed of the augmentation")),
+    }  # fmt: skip
+
+
+class _CIFAR100Base(Params):
+    root: str = Field("data/cifar100", description="folder holding cifar-100-python/")
+    download: bool = Field(
+        False, description="download CIFAR-100 (161 MB) with torchvision if missing; off by default"
+    )
+
+
+CIFAR100Params = create_model(
+    "CIFAR100Params", __base__=_CIFAR100Base, __module__=__name__, **_augmix_fields()
+)
+
+
+# --------------------------------------------------------------------------- reading
+def _cifar_dir(root: str | Path) -> Path:
+    return Path(root) / "cifar-100-python"
+
+
+def _ensure_cifar(root: str | Path, download: bool, files=("train", "test", "meta")) -> Path:
+    d = _cifar_dir(root)
+    missing = [f for f in files if not (d / f).is_file()]
+    if missing and download:
+        datasets = require("torchvision.datasets", "downloading CIFAR-100")
+        datasets.CIFAR100(str(root), train=True, download=True)
+        missing = [f for f in files if not (d / f).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"CIFAR-100 not found: {d / missing[0]} does not exist. selbench never downloads "
+            f"on its own: download {CIFAR100_URL} (161 MB) and extract it into {root} (it "
+            f"creates cifar-100-python/), or set the dataset's param download: true."
+        )
+    return d
+
+
+def _read_pickle(path: Path) -> dict:
+    with open(path, "rb") as fh:
+        return pickle.load(fh, encoding="latin1")
+
+
+def read_cifar100(root: str | Path, part: str, download: bool = False):
+    """Images uint8 ``[N, 32, 32, 3]`` and fine labels int64 ``[N]`` of ``part``
+    (``train`` / ``test``) from the official python release."""
+    d = _ensure_cifar(root, download, files=(part,))
+    batch = _read_pickle(d / part)
+    try:
+        data = np.asarray(batch["data"], dtype=np.uint8)
+        labels = np.asarray(batch["fine_labels"], dtype=np.int64)
+    except KeyError as exc:
+        raise ValueError(f"{d / part}: not a CIFAR-100 batch (missing {exc})") from None
+    if data.ndim != 2 or data.shape[1] != 3072 or data.shape[0] != labels.shape[0]:
+        raise ValueError(
+            f"{d / part}: expected data [N, 3072] and N fine_labels, got {data.shape} and "
+            f"{labels.shape}"
+        )
+    return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels
+
+
+def cifar100_class_names(root: str | Path) -> list[str]:
+    """Fine label names from the release's ``meta`` file, or the standard list if absent."""
+    path = _cifar_dir(root) / "meta"
+    if path.is_file():
+        return [str(c) for c in _read_pickle(path)["fine_label_names"]]
+    return list(CIFAR100_CLASSES)
+
+
+def _items(images, labels, augment: bool, params) -> ImageItems:
+    aug = augmix_transform(params["severity"], params["width"]) if augment else None
+    return ImageItems(ArrayImages(images), labels, augment=aug, seed=params["seed"])
+
+
+# --------------------------------------------------------------------------- cifar100
+class CIFAR100(Dataset):
+    """CIFAR-100 from the official python release; splits ``train`` and ``test``."""
+
+    num_classes = 100
+
+    def __init__(
+        self,
+        root: str = "data/cifar100",
+        download: bool = False,
+        augmix_splits: list[str] | None = None,
+        augmix_severity: int = 3,
+        augmix_width: int = 3,
+        augmix_seed: int = 0,
+    ):
+        self.root = root
+        self.download = download
+        self.augmix_splits = list(augmix_splits or [])
+        bad = sorted(set(self.augmix_splits) - set(self.splits()))
+        if bad:
+            raise ValueError(f"augmix_splits: unknown split(s) {bad}; splits are train, test")
+        self._aug = {"severity": augmix_severity, "width": augmix_width, "seed": augmix_seed}
+        self._cache: dict[str, SplitData] = {}
+
+    def splits(self) -> list[str]:
+        return ["train", "test"]
+
+    def split(self, name: str) -> SplitData:
+        if name not in self.splits():
+            raise KeyError(f"cifar100: no split {name!r}; splits are train, test")
+        if name not in self._cache:
+            images, labels = read_cifar100(self.root, name, self.download)
+            self._cache[name] = SplitData(
+                inputs=_items(images, labels, name in self.augmix_splits, self._aug),
+                labels=labels,
+                class_names=cifar100_class_names(self.root),
+                meta={"dataset": "cifar100", "augmix": name in self.augmix_splits},
+            )
+        return self._cache[name]
+
+
+# --------------------------------------------------------------------------- cifar100-c
+class _CIFAR100CBase(Params):
+    root: str = Field(
+        "data/CIFAR-100-C", description="folder with <corruption>.npy and labels.npy"
+    )
+    cifar_root: str = Field(
+        "data/cifar100", description="folder holding cifar-100-python/ (the clean 'val' split)"
+    )
+    download: bool = Field(
+        False, description="download clean CIFAR-100 with torchvision if missing (never "
+        "CIFAR-100-C); off by default",
+    )
+    corruptions: list[str] = Field(
+        default_factory=lambda: list(CIFAR100_C_CORRUPTIONS),
+        description="corruptions sampled for 'test' (default: the 15 benchmark ones)",
+    )
+    severities: list[int] = Field(
+        default_factory=lambda: [1, 2, 3, 4, 5], description="severities sampled for 'test'"
+    )
+    n: int = Field(50_000, ge=1, description="size of the 'test' sample (paper: 50,000)")
+    seed: int = Field(0, ge=0, description="seed of the 'test' and 'val' samples")
+    fit_source: Literal["train", "test"] = Field(
+        "train", description="clean CIFAR-100 part the 'val' split is drawn from"
+    )
+    val_size: int | None = Field(
+        10_000, ge=1, description="size of the seeded 'val' sample (null: the whole part)"
+    )
+
+    @field_validator("severities")
+    @classmethod
+    def _sev(cls, v: list[int]) -> list[int]:
+        if not v or any(s not in (1, 2, 3, 4, 5) for s in v) or len(set(v)) != len(v):
+            raise ValueError("severities must be distinct values in 1..5")
+        return sorted(v)
+
+    @field_validator("corruptions")
+    @classmethod
+    def _corr(cls, v: list[str]) -> list[str]:
+        if not v or len(set(v)) != len(v):
+            raise ValueError("corruptions must be a non-empty list of distinct names")
+        return v
+
+
+CIFAR100CParams = create_model(
+    "CIFAR100CParams", __base__=_CIFAR100CBase, __module__=__name__, **_augmix_fields()
+)
+
+
+class CIFAR100C(Dataset):
+    """Clean CIFAR-100 ``val`` → a seeded sample of CIFAR-100-C ``test`` (the paper's
+    shift experiment); test domain = corruption × severity."""
+
+    num_classes = 100
+
+    def __init__(
+        self,
+        root: str = "data/CIFAR-100-C",
+        cifar_root: str = "data/cifar100",
+        download: bool = False,
+        corruptions: list[str] | None = None,
+        severities: list[int] | None = None,
+        n: int = 50_000,
+        seed: int = 0,
+        fit_source: str = "train",
+        val_size: int | None = 10_000,
+        augmix_splits: list[str] | None = None,
+        augmix_severity: int = 3,
+        augmix_width: int = 3,
+        augmix_seed: int = 0,
+    ):
+        self.root = root
+        self.cifar_root = cifar_root
+        self.download = download
+        self.corruptions = list(corruptions) if corruptions else list(CIFAR100_C_CORRUPTIONS)
+        self.severities = sorted(severities) if severities else [1, 2, 3, 4, 5]
+        self.n = n
+        self.seed = seed
+        self.fit_source = fit_source
+        self.val_size = val_size
+        self.augmix_splits = list(augmix_splits or [])
+        bad = sorted(set(self.augmix_splits) - set(self.splits()))
+        if bad:
+            raise ValueError(f"augmix_splits: unknown split(s) {bad}; splits are val, test")
+        self._aug = {"severity": augmix_severity, "width": augmix_width, "seed": augmix_seed}
+        self._cache: dict[str, SplitData] = {}
+
+    def splits(self) -> list[str]:
+        return ["val", "test"]
+
+    def domain_names(self) -> list[str]:
+        return [f"{c}-{s}" for c in self.corruptions for s in (1, 2, 3, 4, 5)]
+
+    def _class_names(self) -> list[str]:
+        return cifar100_class_names(self.cifar_root)
+
+    def split(self, name: str) -> SplitData:
+        if name not in self.splits():
+            raise KeyError(f"cifar100-c: no split {name!r}; splits are val, test")
+        if name not in self._cache:
+            self._cache[name] = self._val() if name == "val" else self._test()
+        return self._cache[name]
+
+    def _val(self) -> SplitData:
+        images, labels = read_cifar100(self.cifar_root, self.fit_source, self.download)
+        if self.val_size is not None:
+            if self.val_size > len(labels):
+                raise ValueError(
+                    f"val_size={self.val_size} exceeds the {len(labels)} images of CIFAR-100 "
+                    f"{self.fit_source!r}"
+                )
+            rng = np.random.default_rng([self.seed, 0x7A1])
+            idx = np.sort(rng.choice(len(labels), size=self.val_size, replace=False))
+            images, labels = images[idx], labels[idx]
+        augment = "val" in self.augmix_splits
+        return SplitData(
+            inputs=_items(images, labels, augment, self._aug),
+            labels=labels,
+            class_names=self._class_names(),
+            meta={"dataset": "cifar100-c", "source": f"cifar100 {self.fit_source}",
+                  "augmix": augment},
+        )  # fmt: skip
+
+    def _test(self) -> SplitData:
+        root = Path(self.root)
+        paths = [root / f"{c}.npy" for c in self.corruptions] + [root / "labels.npy"]
+        for p in paths:
+            if not p.is_file():
+                raise FileNotFoundError(
+                    f"CIFAR-100-C not found: {p} does not exist. selbench never downloads "
+                    f"data: get CIFAR-100-C.tar (about 3 GB) from {CIFAR100_C_URL}, extract "
+                    f"it and set the dataset's root param to the folder holding the .npy "
+                    f"files."
+                )
+        all_labels = np.load(root / "labels.npy")
+        rows = all_labels.shape[0]
+        if all_labels.ndim != 1 or rows % 5:
+            raise ValueError(
+                f"{root / 'labels.npy'}: expected shape [5·m] (5 severities × m images), got "
+                f"{all_labels.shape}"
+            )
+        m = rows // 5
+        arrays = {}
+        for c, p in zip(self.corruptions, paths):
+            arr = np.load(p, mmap_mode="r")
+            if arr.shape != (rows, 32, 32, 3) or arr.dtype != np.uint8:
+                raise ValueError(
+                    f"{p}: expected uint8 images of shape ({rows}, 32, 32, 3) to match "
+                    f"labels.npy, got {arr.dtype} {arr.shape}"
+                )
+            arrays[c] = arr
+        n_sev = len(self.severities)
+        pool = len(self.corruptions) * n_sev * m
+        if self.n > pool:
+            raise ValueError(
+                f"n={self.n} exceeds the {pool} CIFAR-100-C images available "
+                f"({len(self.corruptions)} corruptions × {n_sev} severities × {m})"
+            )
+        rng = np.random.default_rng([self.seed, 0xC1FA])
+        flat = np.sort(rng.choice(pool, size=self.n, replace=False))
+        ci, rest = np.divmod(flat, n_sev * m)
+        si, j = np.divmod(rest, m)
+        sev = np.asarray(self.severities)[si]
+        file_rows = (sev - 1) * m + j
+        images = np.empty((self.n, 32, 32, 3), dtype=np.uint8)
+        for k, c in enumerate(self.corruptions):
+            sel = np.flatnonzero(ci == k)
+            if sel.size:
+                images[sel] = arrays[c][file_rows[sel]]
+        labels = np.asarray(all_labels[file_rows], dtype=np.int64)
+        domain = (ci * 5 + sev - 1).astype(np.int64)
+        augment = "test" in self.augmix_splits
+        return SplitData(
+            inputs=_items(images, labels, augment, self._aug),
+            labels=labels,
+            domain=domain,
+            class_names=self._class_names(),
+            meta={"dataset": "cifar100-c", "domains": self.domain_names(), "augmix": augment},
+        )
+
+
+PLUGINS = [
+    Plugin(
+        "cifar100",
+        CIFAR100,
+        CIFAR100Params,
+        summary="CIFAR-100 (official python release), splits train/test; optional AugMix",
+    ),
+    Plugin(
+        "cifar100-c",
+        CIFAR100C,
+        CIFAR100CParams,
+        summary="clean CIFAR-100 'val' -> seeded CIFAR-100-C sample 'test' (domain = "
+        "corruption × severity)",
+    ),
+]

@@ -1,0 +1,234 @@
+"""The ``precomputed`` dataset and pass-through backbone: a user's own model outputs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+from selbench.api import FitContext
+from selbench.data import DataError, ModelOutputs
+from selbench.metrics import ece
+from selbench.plugins import get_registry
+from selbench_plugins.datasets.precomputed import (
+    PrecomputedBackbone,
+    PrecomputedDataset,
+    PrecomputedParams,
+)
+
+CTX = FitContext(seed=0)
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+@pytest.fixture
+def arrays() -> dict:
+    rng = np.random.default_rng(0)
+    n, k, d = 40, 4, 3
+    return {
+        "labels": rng.integers(0, k, size=n),
+        "logits": rng.normal(size=(n, k)).astype(np.float32),
+        "features": rng.normal(size=(n, d)).astype(np.float32),
+        "domain": rng.integers(0, 3, size=n),
+        "split": np.array(["val", "test", "ood"] * 13 + ["val"]),
+    }
+
+
+def _save(tmp_path, **arrays) -> str:
+    path = tmp_path / "outputs.npz"
+    np.savez(path, **arrays)
+    return str(path)
+
+
+def test_split_array_mapping_and_passthrough(tmp_path, arrays):
+    path = _save(tmp_path, **arrays)
+    ds = PrecomputedDataset(path, splits={"fit": ["val"], "target": ["test", "ood"]})
+    assert ds.splits() == ["fit", "target"]
+    assert ds.num_classes == 4
+    fit = PrecomputedBackbone().extract(ds, "fit", CTX)
+    want = np.flatnonzero(arrays["split"] == "val")
+    np.testing.assert_array_equal(fit.labels, arrays["labels"][want])
+    np.testing.assert_array_equal(fit.logits, arrays["logits"][want])
+    np.testing.assert_array_equal(fit.features, arrays["features"][want])
+    np.testing.assert_array_equal(fit.domain, arrays["domain"][want])
+    target = ds.split("target")
+    assert isinstance(target.inputs, ModelOutputs)
+    assert len(target.inputs) == int(np.isin(arrays["split"], ["test", "ood"]).sum()) == 26
+    # without a mapping every distinct tag is a split
+    assert sorted(PrecomputedDataset(path).splits()) == ["ood", "test", "val"]
+
+
+def test_probabilities_become_log_probabilities_and_features(tmp_path, arrays):
+    probs = _softmax(arrays["logits"].astype(np.float64))
+    path = _save(tmp_path, labels=arrays["labels"], probabilities=probs)
+    ds = PrecomputedDataset(path, fractions={"val": 0.25, "test": 0.75}, seed=3)
+    val = ds.split("val").inputs
+    test = ds.split("test").inputs
+    assert (len(val), len(test)) == (10, 30)
+    rows = np.sort(np.concatenate([val.labels, test.labels]))
+    np.testing.assert_array_equal(rows, np.sort(arrays["labels"]))
+    # logits are log p, and without features the selector sees the probability vector
+    np.testing.assert_allclose(np.exp(val.logits.astype(np.float64)).sum(axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(val.features, np.exp(val.logits), rtol=1e-5, atol=1e-7)
+    # logits without features: the features are softmax(logits)
+    path2 = _save(tmp_path, labels=arrays["labels"], logits=arrays["logits"])
+    out = PrecomputedDataset(path2, fractions={"all": 1.0}).split("all").inputs
+    np.testing.assert_allclose(out.features, _softmax(out.logits.astype(np.float64)), atol=1e-6)
+
+
+def test_random_partition_is_seeded_and_disjoint(tmp_path, arrays):
+    path = _save(tmp_path, labels=arrays["labels"], logits=arrays["logits"])
+
+    def rows(seed):
+        ds = PrecomputedDataset(path, fractions={"val": 0.5, "test": 0.5}, seed=seed)
+        return [ds.split(s).inputs.logits[:, 0] for s in ("val", "test")]
+
+    a, b = rows(0), rows(0)
+    np.testing.assert_array_equal(a[0], b[0])
+    assert len(a[0]) == len(a[1]) == 20
+    assert not set(a[0].tolist()) & set(a[1].tolist())
+    assert not np.array_equal(rows(1)[0], a[0])
+
+
+def test_renamed_arrays_through_keys(tmp_path, arrays):
+    probs = _softmax(arrays["logits"].astype(np.float64))
+    path = _save(tmp_path, ground_truth=arrays["labels"], predictions=probs,
+                 part=arrays["split"])  # fmt: skip
+    ds = PrecomputedDataset(
+        path, keys={"labels": "ground_truth", "probabilities": "predictions", "split": "part"},
+        splits={"val": ["val"], "test": ["test"]},
+    )  # fmt: skip
+    assert len(ds.split("val").inputs) == 14 and len(ds.split("test").inputs) == 13
+
+
+@pytest.mark.parametrize(
+    ("arrays_fn", "kwargs", "exc", "needle"),
+    [
+        (lambda a: {"logits": a["logits"]}, {}, ValueError, "'labels'"),
+        (lambda a: {"labels": a["labels"]}, {}, ValueError, "'logits' or a 'probabilities'"),
+        (lambda a: {"labels": a["labels"], "logits": a["logits"][:5]}, {}, DataError, "logits"),
+        (lambda a: {"labels": a["labels"], "logits": a["logits"], "split": a["split"]},
+         {"splits": {"val": ["validation"]}}, ValueError, "'validation'"),
+        (lambda a: {"labels": a["labels"], "logits": a["logits"]},
+         {"splits": {"val": ["val"]}}, ValueError, "no 'split' array"),
+        (lambda a: {"labels": a["labels"], "logits": a["logits"]},
+         {"keys": {"features": "emb"}}, ValueError, "'emb'"),
+        (lambda a: {"labels": a["labels"], "probabilities": np.full((40, 4), 0.5)},
+         {}, DataError, "sum to 1"),
+        (lambda a: {"labels": a["labels"], "logits": a["logits"],
+                    "split": np.array(list(a["split"]), dtype=object)},
+         {}, ValueError, "fixed-width string"),
+    ],
+)  # fmt: skip
+def test_bad_files_name_the_file_and_the_array(tmp_path, arrays, arrays_fn, kwargs, exc, needle):
+    path = _save(tmp_path, **arrays_fn(arrays))
+    with pytest.raises(exc) as info:
+        PrecomputedDataset(path, **kwargs).split(next(iter(kwargs.get("splits", {"val": 0}))))
+    assert needle in str(info.value)
+    assert "outputs.npz" in str(info.value)
+
+
+def test_missing_file_and_bad_params(tmp_path):
+    missing = tmp_path / "nope.npz"
+    ds = PrecomputedDataset(str(missing))
+    assert ds.splits() == ["val", "test"]
+    with pytest.raises(FileNotFoundError, match="nope.npz"):
+        ds.split("val")
+    with pytest.raises(ValidationError, match="given to both"):
+        PrecomputedParams(path="x.npz", splits={"val": ["a"], "test": ["a"]})
+    with pytest.raises(ValidationError, match="sum to"):
+        PrecomputedParams(path="x.npz", fractions={"val": 0.7, "test": 0.6})
+    with pytest.raises(ValidationError, match="unknown role"):
+        PrecomputedParams(path="x.npz", keys={"logit": "z"})
+
+
+def test_passthrough_backbone_rejects_image_datasets(tmp_path):
+    class Images:
+        num_classes = 2
+
+        def split(self, name):
+            from selbench.api import SplitData
+
+            return SplitData(inputs=np.zeros((2, 3, 4, 4)), labels=np.zeros(2, dtype=np.int64))
+
+    with pytest.raises(TypeError, match="pair it with the 'precomputed' dataset"):
+        PrecomputedBackbone().extract(Images(), "val", CTX)
+
+
+def test_registered_under_both_kinds():
+    reg = get_registry()
+    assert reg.get("dataset", "precomputed").plugin.factory is PrecomputedDataset
+    assert reg.get("backbone", "precomputed").plugin.factory is PrecomputedBackbone
+
+
+# --------------------------------------------------------------------------- real outputs
+NETCAL = "netcal_cifar100_densenet-bc-100.npz"
+NETCAL_KEYS = {"labels": "ground_truth", "probabilities": "predictions"}
+
+
+def test_real_cifar100_outputs_temperature_lowers_ece(shared_data):
+    path = shared_data / NETCAL
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    ds = PrecomputedDataset(str(path), keys=NETCAL_KEYS, fractions={"val": 0.5, "test": 0.5})
+    fit, test = ds.split("val").inputs, ds.split("test").inputs
+    assert (len(fit), len(test), fit.num_classes) == (5000, 5000, 100)
+    acc = float(np.concatenate([fit.correct(), test.correct()]).mean())
+    assert abs(acc - 0.754) < 0.002  # the README's accuracy: the file was read correctly
+    temp = get_registry().get("recalibrator", "temperature").build({})
+    temp.fit(fit, CTX)
+    before = ece(test.confidence(), test.correct())
+    after = ece(temp.confidence(test), test.correct())
+    assert after < 0.8 * before, (before, after)
+
+
+def test_real_outputs_end_to_end_through_the_runner(shared_data, tmp_path):
+    from selbench.runner import run
+
+    path = shared_data / NETCAL
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    spec = {
+        "spec_version": 1,
+        "name": "precomputed-e2e",
+        "seeds": [0, 1],
+        "experiments": [{
+            "name": "cifar100-densenet",
+            "dataset": {"name": "precomputed",
+                        "params": {"path": str(path), "keys": NETCAL_KEYS}},
+            "backbone": {"name": "precomputed"},
+            "fit_split": "val",
+            "eval_split": "test",
+            "n_fit": 2000,
+            "betas": [0.8, 1.0],
+            "train_beta": 0.8,
+            "report": "betas",
+            "methods": [
+                {"label": "none", "scheme": {"name": "recalibration"}},
+                {"label": "temperature", "scheme": {"name": "recalibration"},
+                 "recalibrator": {"name": "temperature"}},
+                {"label": "temperature + confidence", "scheme": {"name": "recalibration"},
+                 "recalibrator": {"name": "temperature"}, "selector": {"name": "confidence"}},
+            ],
+        }],
+    }  # fmt: skip
+    report = run(spec, out_dir=tmp_path / "out", device="cpu", progress=False, plots=False)
+    assert report.computed == 6
+    cells = {}
+    for f in (tmp_path / "out" / "cells").rglob("*.json"):
+        rec = json.loads(f.read_text())
+        cells[(rec["method"], rec["seed"])] = rec["metrics"]
+    assert len(cells) == 6
+    for seed in (0, 1):
+        none, temp = cells[("none", seed)], cells[("temperature", seed)]
+        assert temp["ece1"][1] < none["ece1"][1]  # β = 1: temperature scaling helps
+        assert temp["accuracy"][1] == pytest.approx(none["accuracy"][1])  # argmax unchanged
+        conf = cells[("temperature + confidence", seed)]
+        assert conf["accuracy"][0] > temp["accuracy"][0]  # rejecting low confidence helps acc
+    assert (tmp_path / "out" / "leaderboard.md").is_file()
+    again = run(spec, out_dir=tmp_path / "out", device="cpu", progress=False, plots=False)
+    assert (again.computed, again.reused) == (0, 6)
