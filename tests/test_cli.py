@@ -2,7 +2,6 @@
 
 import pytest
 from conftest import tiny_spec
-
 from selbench.cli import main
 
 PAPER_PLUGINS = {

@@ -6,7 +6,6 @@ import sys
 
 import pytest
 from conftest import REPO, tiny_spec
-
 from selbench.plugins import AUTOLOAD_ENV, get_registry
 from selbench.runner import run
 

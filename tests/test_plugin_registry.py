@@ -5,7 +5,6 @@ import textwrap
 import types
 
 import pytest
-
 from selbench import Plugin, hookimpl
 from selbench.api import KINDS
 from selbench.plugins import AUTOLOAD_ENV, PluginError, Registry, get_registry, make_plugin_manager

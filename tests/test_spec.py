@@ -4,7 +4,6 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, tiny_spec
-
 from selbench.cli import main
 from selbench.spec import SpecError, apply_overrides, load_spec
 

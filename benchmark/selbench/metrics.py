@@ -122,7 +122,7 @@ def _check_correct(x: Any, n: int, name: str = "correct") -> np.ndarray:
 
 def _check_p(p: Any) -> float:
     if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)):
-        raise ValueError(f"p must be a number >= 1; got {p!r}")  # noqa: TRY004
+        raise ValueError(f"p must be a number >= 1; got {p!r}")
     if not (math.isfinite(p) and p >= 1):
         raise ValueError(f"p must be a finite number >= 1; got {p!r}")
     return float(p)
@@ -458,7 +458,7 @@ def thresholds(
     if delta is None:
         return np.quantile(s, 1.0 - b), None
     if isinstance(delta, bool) or not isinstance(delta, (int, float, np.integer, np.floating)):
-        raise ValueError(f"delta must be a number in (0, 1]; got {delta!r}")  # noqa: TRY004
+        raise ValueError(f"delta must be a number in (0, 1]; got {delta!r}")
     if not (0.0 < delta <= 1.0):
         raise ValueError(f"delta must lie in (0, 1]; got {delta!r}")
     eps = math.sqrt(math.log(2.0 / delta) / (2.0 * n))

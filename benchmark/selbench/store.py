@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from selbench.data import ModelOutputs
 
@@ -39,11 +40,10 @@ def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    with atomic_path(path) as tmp:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
@@ -99,9 +99,8 @@ class OutputCache:
 
     def put(self, key: str, outputs: ModelOutputs, material: dict) -> Path:
         path = self.path(key)
-        with atomic_path(path, suffix=".npz") as tmp:
-            with open(tmp, "wb") as fh:
-                outputs.to_npz(fh)
+        with atomic_path(path, suffix=".npz") as tmp, open(tmp, "wb") as fh:
+            outputs.to_npz(fh)
         atomic_write_json(path.with_suffix(".json"), {"key": key, **material, "n": len(outputs)})
         return path
 

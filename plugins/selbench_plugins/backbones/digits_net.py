@@ -51,7 +51,7 @@ class DigitsNetParams(Params):
 
 def _as_images(inputs: object, where: str) -> np.ndarray:
     if not isinstance(inputs, np.ndarray):
-        raise ValueError(  # noqa: TRY004 - the plugin contract asks for ValueError
+        raise ValueError(
             f"digits-net: {where} inputs: expected a numpy array of images [N, C, H, W] or "
             f"[N, H, W], got {type(inputs).__name__}"
         )

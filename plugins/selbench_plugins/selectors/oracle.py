@@ -42,7 +42,7 @@ class OracleDomain(Selector):
 
     def _domain(self, outputs: ModelOutputs, confidence: np.ndarray | None) -> np.ndarray:
         if not isinstance(outputs, ModelOutputs):
-            raise ValueError(  # noqa: TRY004 - the plugin contract asks for ValueError
+            raise ValueError(
                 f"outputs: oracle-domain expects selbench.ModelOutputs, got {type(outputs).__name__}"
             )
         if confidence is not None and np.shape(confidence) != (len(outputs),):
