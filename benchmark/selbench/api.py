@@ -19,8 +19,9 @@ Plugins never compute metrics and never write result files: the core owns both.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -36,6 +37,7 @@ __all__ = [
     "CoverageLoss",
     "Dataset",
     "FitContext",
+    "FitJob",
     "NoParams",
     "Params",
     "Plugin",
@@ -244,6 +246,22 @@ class CoverageLoss(abc.ABC):
         """Scalar loss, weight included, for soft selections ``g`` and target coverage β."""
 
 
+@dataclass
+class FitJob:
+    """One replica for :meth:`Scheme.fit_many`: the arguments of one :meth:`Scheme.fit` call.
+
+    The selector and recalibrator are fitted in place, as by ``fit``; each job has its own
+    (they are never shared between jobs).
+    """
+
+    outputs: ModelOutputs
+    selector: Selector
+    recalibrator: Recalibrator
+    loss: SelectionLoss | None
+    coverage: CoverageLoss | None
+    context: FitContext
+
+
 class Scheme(abc.ABC):
     """How h and g are trained: recalibration only, selection only, sequential, joint."""
 
@@ -259,3 +277,26 @@ class Scheme(abc.ABC):
         context: FitContext,
     ) -> Scheme:
         """Fit ``recalibrator`` and ``selector`` in place on ``outputs``; return ``self``."""
+
+    def fit_many(self, jobs: Sequence[FitJob]) -> Scheme:
+        """Fit every job as ``self.fit(job.outputs, selector=job.selector, ...)`` would.
+
+        The runner calls this once per method with all the unfinished replicas of that
+        method (its seeds × training β), so that a scheme can train replicas that share
+        data shapes together (e.g. as one model with a leading replica dimension). An
+        override must leave every job's selector and recalibrator exactly as its own
+        ``fit`` call would (to float tolerance): same initial weights, batch order and
+        random draws, each seeded by its own ``job.context``. The default fits the jobs one
+        after the other. Learned state of the scheme itself (attributes ending in ``_``) is
+        that of the last job. Returns ``self``.
+        """
+        for job in jobs:
+            self.fit(
+                job.outputs,
+                selector=job.selector,
+                recalibrator=job.recalibrator,
+                loss=job.loss,
+                coverage=job.coverage,
+                context=job.context,
+            )
+        return self

@@ -8,12 +8,20 @@ each coverage β, and measured. Every finished cell is written atomically to
 ``OUT/cells/...``, keyed by a hash of everything that determines it, so an interrupted run
 picks up where it stopped and a changed method recomputes only its own cells.
 
+When a method's scheme overrides :meth:`~selbench.api.Scheme.fit_many` (the training
+schemes do, to train all replicas as one batched model), the unfinished cells of that
+method — its seeds × training β — are fitted by one ``fit_many`` call, then evaluated and
+written one by one as above; otherwise each cell is fitted on its own.
+
 The runner knows nothing about individual plugins: it builds them from the registry and
 drives them through the interfaces in :mod:`selbench.api`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
+import pickle
 import platform
 import re
 import subprocess
@@ -28,7 +36,7 @@ import numpy as np
 import yaml
 
 import selbench
-from selbench.api import FitContext
+from selbench.api import FitContext, FitJob, Scheme
 from selbench.data import DataError, ModelOutputs
 from selbench.metrics import selective_metrics
 from selbench.spec import ExperimentSpec, MethodSpec, ResolvedSpec, content_hash, load_spec
@@ -235,11 +243,11 @@ def _components(exp: ExperimentSpec, method: MethodSpec):
     """(kind, field, component) of everything a cell depends on."""
     yield "dataset", "dataset", exp.dataset
     yield "backbone", "backbone", exp.backbone
-    for kind, field in (("scheme", "scheme"), ("selector", "selector"),
-                        ("recalibrator", "recalibrator"), ("loss", "loss"), ("loss", "coverage")):
-        comp = getattr(method, field)
+    for kind, attr in (("scheme", "scheme"), ("selector", "selector"),
+                       ("recalibrator", "recalibrator"), ("loss", "loss"), ("loss", "coverage")):
+        comp = getattr(method, attr)
         if comp is not None:
-            yield kind, field, comp
+            yield kind, attr, comp
 
 
 def cell_done(cell: Cell) -> bool:
@@ -290,52 +298,176 @@ def _check_vector(values: Any, n: int, what: str, lo: float | None, hi: float | 
     return arr
 
 
+@dataclass
+class FittedCell:
+    """A cell's selector and recalibrator, fitted by a group's ``fit_many`` call."""
+
+    selector: Any
+    recalibrator: Any
+    fit_s: float  # the group's fitting time divided by its number of cells
+    batch: int  # number of cells fitted together
+
+
+def batches(scheme: Any) -> bool:
+    """Whether a scheme fits many replicas together (overrides ``Scheme.fit_many``)."""
+    return getattr(type(scheme), "fit_many", Scheme.fit_many) is not Scheme.fit_many
+
+
+def method_groups(cells: list[Cell]) -> list[list[Cell]]:
+    """Consecutive cells of one method (its seeds × training β), in plan order."""
+    groups: list[list[Cell]] = []
+    for cell in cells:
+        if groups and (groups[-1][0].e_i, groups[-1][0].m_i) == (cell.e_i, cell.m_i):
+            groups[-1].append(cell)
+        else:
+            groups.append([cell])
+    return groups
+
+
+def _build_method(resolved: ResolvedSpec, method: MethodSpec) -> tuple[Any, ...]:
+    build = resolved.build
+    return (
+        build("selector", method.selector),
+        build("recalibrator", method.recalibrator),
+        build("loss", method.loss) if method.loss is not None else None,
+        build("loss", method.coverage) if method.coverage is not None else None,
+    )
+
+
+def fit_group(
+    resolved: ResolvedSpec,
+    cells: list[Cell],
+    outputs: dict[str, ModelOutputs],
+    device: str,
+    scheme: Any,
+) -> dict[str, FittedCell]:
+    """Fit the cells of one method with one ``scheme.fit_many`` call; cell key -> result."""
+    exp: ExperimentSpec = resolved.spec.experiments[cells[0].e_i]
+    method: MethodSpec = exp.methods[cells[0].m_i]
+    fit_all = outputs[exp.fit_split]
+    jobs = []
+    for cell in cells:
+        idx = fit_indices(len(fit_all), exp.n_fit, cell.seed, f"experiments[{cell.e_i}].n_fit")
+        selector, recalibrator, loss, coverage = _build_method(resolved, method)
+        ctx = FitContext(seed=cell.seed, device=device, beta=cell.train_beta, progress=False)
+        jobs.append(FitJob(fit_all.subset(idx), selector, recalibrator, loss, coverage, ctx))
+    _seed_everything(cells[0].seed)
+    t0 = time.perf_counter()
+    scheme.fit_many(jobs)
+    share = (time.perf_counter() - t0) / len(cells)
+    return {
+        cell.key: FittedCell(job.selector, job.recalibrator, share, len(cells))
+        for cell, job in zip(cells, jobs)
+    }
+
+
+def _tensor_state(dtype: str, shape: tuple, data: bytes) -> Any:  # pragma: no cover
+    """Stands for a tensor in :func:`_fingerprint` pickles (never called)."""
+    raise NotImplementedError
+
+
+class _StatePickler(pickle.Pickler):
+    """Pickles torch tensors by value (dtype, shape, bytes): torch's own pickles embed
+    storage addresses, so equal modules would never pickle equal."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(obj, torch.Tensor):
+            t = obj.detach().to("cpu").contiguous()
+            data = t.reshape(-1).view(torch.uint8).numpy().tobytes()
+            return _tensor_state, (str(t.dtype), tuple(t.shape), data)
+        return NotImplemented
+
+
+def _fingerprint(*objs: Any) -> str | None:
+    """SHA-256 of the pickled objects, or None when they cannot be pickled."""
+    buf = io.BytesIO()
+    try:
+        _StatePickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(objs)
+    except Exception:  # any object that does not pickle is simply scored every time
+        return None
+    return hashlib.sha256(buf.getvalue()).hexdigest()
+
+
 def run_cell(
     resolved: ResolvedSpec,
     cell: Cell,
     outputs: dict[str, ModelOutputs],
     device: str,
+    fitted: FittedCell | None = None,
+    memo: dict | None = None,
 ) -> dict[str, Any]:
+    """Fit (unless ``fitted`` is given), score, threshold and measure one cell.
+
+    ``memo`` (one dict per method) keeps the confidence and scores of each distinct fitted
+    state on each evaluation set: cells whose fitted selector and recalibrator are identical
+    (e.g. a baseline fitted on one seed's data for every training β of ``per_beta``) score
+    the evaluation data once. Identity is the SHA-256 of the pickled fitted objects, so the
+    reuse is exact; objects that cannot be pickled are always scored. It also keeps the
+    last evaluation subset, which consecutive cells of one seed share.
+    """
     exp: ExperimentSpec = resolved.spec.experiments[cell.e_i]
     method: MethodSpec = exp.methods[cell.m_i]
     where = f"experiments[{cell.e_i}]"
     fit_all = outputs[exp.fit_split]
     idx = fit_indices(len(fit_all), exp.n_fit, cell.seed, f"{where}.n_fit")
-    fit_out = fit_all.subset(idx)
-    eval_out = outputs[exp.eval_split]
+    eval_all = outputs[exp.eval_split]
+    rows = np.arange(len(eval_all))
     if exp.fit_split == exp.eval_split:  # never evaluate on the examples used for fitting
-        mask = np.ones(len(eval_out), dtype=bool)
+        mask = np.ones(len(eval_all), dtype=bool)
         mask[idx] = False
-        eval_out = eval_out.subset(np.flatnonzero(mask))
-    if exp.n_eval is not None and exp.n_eval < len(eval_out):
+        rows = np.flatnonzero(mask)
+    if exp.n_eval is not None and exp.n_eval < len(rows):
         rng = np.random.default_rng([0xE7A1, cell.e_i])
-        eval_out = eval_out.subset(np.sort(rng.choice(len(eval_out), exp.n_eval, replace=False)))
-    if len(eval_out) == 0:
+        rows = rows[np.sort(rng.choice(len(rows), exp.n_eval, replace=False))]
+    if len(rows) == 0:
         raise RunError(f"{where}: no evaluation examples left")
+    rows_key = (exp.eval_split, hashlib.sha256(rows.tobytes()).hexdigest())
+    if len(rows) == len(eval_all):
+        eval_out = eval_all
+    elif memo is not None and memo.get("eval_rows") == rows_key:
+        eval_out = memo["eval_out"]  # the previous cell's (same seed): no new copy
+    else:
+        eval_out = eval_all.subset(rows)
+        if memo is not None:
+            memo["eval_rows"], memo["eval_out"] = rows_key, eval_out
 
-    _seed_everything(cell.seed)
-    build = resolved.build
-    scheme = build("scheme", method.scheme)
-    selector = build("selector", method.selector)
-    recalibrator = build("recalibrator", method.recalibrator)
-    loss = build("loss", method.loss) if method.loss is not None else None
-    coverage = build("loss", method.coverage) if method.coverage is not None else None
-    ctx = FitContext(seed=cell.seed, device=device, beta=cell.train_beta, progress=False)
-    t0 = time.perf_counter()
-    scheme.fit(
-        fit_out, selector=selector, recalibrator=recalibrator, loss=loss, coverage=coverage,
-        context=ctx,
-    )
+    timing: dict[str, Any] = {}
+    if fitted is None:
+        _seed_everything(cell.seed)
+        scheme = resolved.build("scheme", method.scheme)
+        selector, recalibrator, loss, coverage = _build_method(resolved, method)
+        ctx = FitContext(seed=cell.seed, device=device, beta=cell.train_beta, progress=False)
+        t0 = time.perf_counter()
+        scheme.fit(
+            fit_all.subset(idx), selector=selector, recalibrator=recalibrator, loss=loss,
+            coverage=coverage, context=ctx,
+        )
+        timing["fit_s"] = round(time.perf_counter() - t0, 4)
+    else:
+        selector, recalibrator = fitted.selector, fitted.recalibrator
+        timing["fit_s"] = round(fitted.fit_s, 4)
+        timing["fit_batch"] = fitted.batch
     t1 = time.perf_counter()
     label = f"{where}.methods[{cell.m_i}] ({method.label!r})"
-    conf = _check_vector(
-        recalibrator.confidence(eval_out), len(eval_out),
-        f"{label}: recalibrator {method.recalibrator.name!r}.confidence", 0.0, 1.0,
-    )
-    score = _check_vector(
-        selector.score(eval_out, conf), len(eval_out),
-        f"{label}: selector {method.selector.name!r}.score", None, None,
-    )
+    key = None
+    if memo is not None:
+        state = _fingerprint(recalibrator, selector)
+        if state is not None:
+            key = (state, rows_key)
+    if key is not None and key in memo:
+        conf, score = memo[key]
+    else:
+        conf = _check_vector(
+            recalibrator.confidence(eval_out), len(eval_out),
+            f"{label}: recalibrator {method.recalibrator.name!r}.confidence", 0.0, 1.0,
+        )
+        score = _check_vector(
+            selector.score(eval_out, conf), len(eval_out),
+            f"{label}: selector {method.selector.name!r}.score", None, None,
+        )
+        if key is not None:
+            memo[key] = (conf, score)
     delta = exp.coverage_guarantee.delta if exp.coverage_guarantee else None
     correct = eval_out.correct()
     metrics = selective_metrics(score, conf, correct, cell.eval_betas, delta=delta)
@@ -362,10 +494,10 @@ def run_cell(
         "train_beta": cell.train_beta,
         "betas": cell.eval_betas,
         "metrics": {k: np.asarray(v, dtype=float).tolist() for k, v in metrics.items()},
-        "n_fit": len(fit_out),
+        "n_fit": len(idx),
         "n_eval": len(eval_out),
         "device": device,
-        "timing": {"fit_s": round(t1 - t0, 4), "eval_s": round(t2 - t1, 4)},
+        "timing": {**timing, "eval_s": round(t2 - t1, 4)},
     }
 
 
@@ -425,19 +557,33 @@ def run(
     try:
         for e_i, exp_cells in by_exp.items():
             outputs = experiment_outputs(resolved, e_i, cache, dev, progress)
-            for cell in exp_cells:
-                exp = resolved.spec.experiments[e_i]
-                bar.set_postfix_str(f"{exp.name}: {exp.methods[cell.m_i].label} seed {cell.seed}")
+            exp = resolved.spec.experiments[e_i]
+            for group in method_groups(exp_cells):
+                m_i = group[0].m_i
+                label = f"experiments[{e_i}].methods[{m_i}] ({exp.methods[m_i].label!r})"
+                fitted: dict[str, FittedCell] = {}
+                memo: dict = {}
                 try:
-                    record = run_cell(resolved, cell, outputs, dev)
+                    scheme = resolved.build("scheme", exp.methods[m_i].scheme)
+                    if batches(scheme):
+                        bar.set_postfix_str(
+                            f"{exp.name}: {exp.methods[m_i].label} ({len(group)} replicas)"
+                        )
+                        fitted = fit_group(resolved, group, outputs, dev, scheme)
                 except (DataError, ValueError) as exc:
-                    raise RunError(
-                        f"experiments[{e_i}].methods[{cell.m_i}] ({exp.methods[cell.m_i].label!r}): {exc}"
-                    ) from exc
-                record["spec_hash"] = prov["spec_hash"]
-                atomic_write_json(cell.path, record)
-                report.computed += 1
-                bar.update(1)
+                    raise RunError(f"{label}: {exc}") from exc
+                for cell in group:
+                    bar.set_postfix_str(f"{exp.name}: {exp.methods[m_i].label} seed {cell.seed}")
+                    try:
+                        record = run_cell(resolved, cell, outputs, dev, fitted.get(cell.key),
+                                          memo)
+                    except (DataError, ValueError) as exc:
+                        raise RunError(f"{label}: {exc}") from exc
+                    fitted.pop(cell.key, None)  # free the fitted modules as we go
+                    record["spec_hash"] = prov["spec_hash"]
+                    atomic_write_json(cell.path, record)
+                    report.computed += 1
+                    bar.update(1)
     finally:
         bar.close()
     report.files = write_leaderboard(out)

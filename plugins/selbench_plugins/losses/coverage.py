@@ -23,6 +23,20 @@ class LogCoverageParams(Params):
     )
 
 
+def _with_lam(lams: list[float], body):
+    """``fn(g, beta) = body(lam, g, beta)`` with ``lam`` the per-replica weights as a tensor,
+    made once per device and dtype (no allocation per step)."""
+    made: dict = {}
+
+    def fn(g: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+        key = (g.device, g.dtype)
+        if key not in made:
+            made[key] = torch.tensor(lams, dtype=g.dtype, device=g.device)
+        return body(made[key], g, beta)
+
+    return fn
+
+
 class QuadraticCoverage(CoverageLoss):
     """The paper's coverage loss ``λ (β - mean_i ĝ_i)²`` (Section 3.2).
 
@@ -36,6 +50,17 @@ class QuadraticCoverage(CoverageLoss):
 
     def __call__(self, g: torch.Tensor, beta: float) -> torch.Tensor:
         return self.lam * (float(beta) - g.mean()) ** 2
+
+    @classmethod
+    def batched(cls, losses: list[CoverageLoss]):
+        """The coverage loss of R replicas at once: ``fn(g [R, B], beta [R]) -> [R]``, where
+        replica ``r`` has its own λ (``losses[r].lam``) and β; ``None`` if any of
+        ``losses`` is not of this class."""
+        if any(type(loss) is not cls for loss in losses):
+            return None
+        lams = [float(loss.lam) for loss in losses]
+
+        return _with_lam(lams, lambda lam, g, beta: lam * (beta - g.mean(-1)) ** 2)
 
 
 class LogCoverage(CoverageLoss):
@@ -52,3 +77,13 @@ class LogCoverage(CoverageLoss):
 
     def __call__(self, g: torch.Tensor, beta: float) -> torch.Tensor:
         return self.lam * (-torch.log(g.clamp(1e-8, 1.0))).mean()
+
+    @classmethod
+    def batched(cls, losses: list[CoverageLoss]):
+        """The loss of R replicas at once: ``fn(g [R, B], beta [R]) -> [R]`` (β unused),
+        replica ``r`` with its own λ; ``None`` if any of ``losses`` is not of this class."""
+        if any(type(loss) is not cls for loss in losses):
+            return None
+        lams = [float(loss.lam) for loss in losses]
+
+        return _with_lam(lams, lambda lam, g, beta: lam * (-torch.log(g.clamp(1e-8, 1.0))).mean(-1))

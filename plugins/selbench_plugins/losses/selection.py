@@ -1,6 +1,8 @@
 """Selective calibration losses l(ĝ, h): ``s-tlbce``, ``s-mce``, ``s-mmce``.
 
-Each is the paper's per-batch ``l`` (Section 3.1). The paper's ``L_sel`` divides ``l`` by
+Each is the paper's per-batch ``l`` (Section 3.1). Besides the per-batch call, each loss class
+offers ``batched(losses)``: the same loss for R replicas at once (see
+:meth:`_Base.batched`), used by the schemes' batched training. The paper's ``L_sel`` divides ``l`` by
 the batch's mean ĝ; Appendix A (following Fisch et al., 2022) drops that denominator in
 training because the coverage loss already keeps ĝ away from 0. ``normalize=False`` (the
 default) drops it, ``normalize=True`` keeps it.
@@ -58,6 +60,27 @@ class _Base(SelectionLoss):
             loss = loss / g.mean().clamp_min(MIN_COVERAGE)
         return loss
 
+    @classmethod
+    def batched(cls, losses: list[SelectionLoss]):
+        """The loss of R replicas at once, or ``None`` when they cannot share one call.
+
+        ``losses`` are the replicas' loss objects (all of this class, equal parameters).
+        Returns ``fn(g, confidence, correct, label_log_prob) -> [R]``, the per-replica
+        losses, for ``[R, B]`` tensors; ``label_log_prob`` is the recalibrated
+        log-probability of each example's label (``None`` unless ``needs_log_probs``),
+        which is all S-MCE reads of the log-probability vector. Replica ``r``'s value is
+        what ``losses[r](g[r], confidence[r], correct[r], ...)`` returns, to float rounding.
+        """
+        params = {tuple(sorted(vars(loss).items())) for loss in losses}
+        if len(params) != 1 or any(type(loss) is not cls for loss in losses):
+            return None
+        return losses[0]._batched
+
+    def _finish_batched(self, loss: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        if self.normalize:
+            loss = loss / g.mean(-1).clamp_min(MIN_COVERAGE)
+        return loss
+
 
 class STLBCE(_Base):
     """Selective top-label binary cross entropy (the paper's proposed loss, l_S-TLBCE).
@@ -78,6 +101,12 @@ class STLBCE(_Base):
             confidence, correct.to(confidence.dtype), reduction="none"
         )
         return self._finish((g * bce).mean(), g)
+
+    def _batched(self, g, confidence, correct, label_log_prob=None):
+        bce = torch.nn.functional.binary_cross_entropy(
+            confidence, correct.to(confidence.dtype), reduction="none"
+        )
+        return self._finish_batched((g * bce).mean(-1), g)
 
 
 class SMCE(_Base):
@@ -109,6 +138,11 @@ class SMCE(_Base):
         lp = log_probs.gather(1, labels.long().view(-1, 1)).squeeze(1).clamp_min(-100.0)
         return self._finish(-(g * lp).mean(), g)
 
+    def _batched(self, g, confidence, correct, label_log_prob=None):
+        if label_log_prob is None:
+            raise ValueError("label_log_prob: loss 's-mce' needs the label's log-probability")
+        return self._finish_batched(-(g * label_log_prob.clamp_min(-100.0)).mean(-1), g)
+
 
 class SMMCE(_Base):
     """Selective maximum mean calibration error, l_S-MMCE (Fisch et al., 2022).
@@ -136,3 +170,45 @@ class SMMCE(_Base):
         n = g.shape[0]
         inner = (err[:, None] * kernel * err[None, :]).sum() / (n * n)
         return self._finish(inner.clamp_min(1e-12).pow(1.0 / self.q), g)
+
+    def _batched(self, g, confidence, correct, label_log_prob=None):
+        err = (correct.to(confidence.dtype) - confidence).abs().pow(self.q) * g  # [R, B]
+        inner = _KernelQuadraticForm.apply(err, confidence, float(self.width))
+        return self._finish_batched(inner.clamp_min(1e-12).pow(1.0 / self.q), g)
+
+
+class _KernelQuadraticForm(torch.autograd.Function):
+    """``inner[r] = 1/n² Σ_ij e_ri e_rj exp(-|c_ri - c_rj| / width)`` for ``e, c [R, n]``,
+    with a hand-written backward pass: the ``[R, n, n]`` kernel is built once and reused,
+    where autograd would keep and revisit several such blocks. The kernel is symmetric, so
+    ``∂/∂e_i = 2/n² (K e)_i`` and ``∂/∂c_i = -2/(n² width) e_i Σ_j sign(c_i - c_j) K_ij e_j``
+    (``sign(0) = 0``, as autograd's derivative of ``|x|`` at 0)."""
+
+    @staticmethod
+    def forward(ctx, err: torch.Tensor, conf: torch.Tensor, width: float) -> torch.Tensor:
+        diff = conf[:, :, None] - conf[:, None, :]
+        kernel = torch.exp(diff.abs().mul_(-1.0 / width))
+        # K e as e^T K (K is symmetric): a row vector times a matrix is about ten times
+        # faster than a matrix times a column vector in the CPU BLAS
+        k_err = torch.bmm(err.unsqueeze(1), kernel).squeeze(1)
+        n = err.shape[-1]
+        ctx.width, ctx.scale = width, 1.0 / (n * n)
+        if ctx.needs_input_grad[1]:
+            ctx.save_for_backward(err, k_err, kernel, diff)
+        else:
+            ctx.save_for_backward(err, k_err)
+        return (err * k_err).sum(-1) * ctx.scale
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        saved = ctx.saved_tensors
+        err, k_err = saved[0], saved[1]
+        g = grad[:, None] * (2.0 * ctx.scale)
+        grad_err = g * k_err if ctx.needs_input_grad[0] else None
+        grad_conf = None
+        if ctx.needs_input_grad[1]:
+            kernel, diff = saved[2], saved[3]
+            signed = torch.sign(diff).mul_(kernel)  # antisymmetric: S e = -(e^T S)
+            pull = torch.bmm(err.unsqueeze(1), signed).squeeze(1)
+            grad_conf = (g / ctx.width) * err * pull
+        return grad_err, grad_conf, None

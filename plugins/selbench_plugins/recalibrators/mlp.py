@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 from pydantic import Field
@@ -9,12 +12,20 @@ from selbench.api import FitContext, Params, Recalibrator
 from selbench.data import ModelOutputs
 
 from ._common import (
+    BatchedMLP,
     NotFittedError,
+    balanced_split,
+    batched_adam,
+    batched_threads,
     build_mlp,
     check_outputs,
     cpu_threads,
+    epoch_permutations,
+    equal_groups,
+    group_streams,
     run_module,
     seeded_init,
+    take_rows,
     to_tensor,
 )
 
@@ -43,6 +54,43 @@ class MLPRecalibratorNet(torch.nn.Module):
 
     def forward(self, logits: torch.Tensor | None, features: torch.Tensor):
         return torch.sigmoid(self.logit(features)), None
+
+    @classmethod
+    def stacked(
+        cls, modules: list[MLPRecalibratorNet], streams: int = 1, split: int = 1
+    ) -> BatchedMLPRecalibrator:
+        """The replicas ``modules`` as one batched module (see
+        :class:`BatchedMLPRecalibrator`)."""
+        return BatchedMLPRecalibrator(modules, streams, split)
+
+
+class BatchedMLPRecalibrator(torch.nn.Module):
+    """R :class:`MLPRecalibratorNet` replicas trained as one (the batched training protocol):
+    ``forward(batch, features [streams, B, d], need_log_prob) -> (sigmoid(MLP) [R, B],
+    None)``."""
+
+    uses_features = True
+
+    def __init__(self, modules: list[MLPRecalibratorNet], streams: int = 1, split: int = 1):
+        super().__init__()
+        self.mlp = BatchedMLP([m.net for m in modules], streams, split)
+
+    def prepare(self, logits, features, labels) -> dict[str, torch.Tensor]:
+        return {}
+
+    def logit(self, features: torch.Tensor) -> torch.Tensor:
+        return self.mlp(features)
+
+    def forward(self, batch, features: torch.Tensor, need_log_prob: bool):
+        return torch.sigmoid(self.mlp(features)), None
+
+    def write_back(self, modules: list[MLPRecalibratorNet]) -> None:
+        self.mlp.write_back([m.net for m in modules])
+
+
+def _same_data(a: ModelOutputs, b: ModelOutputs) -> bool:
+    """Whether the MLP recalibrator's fit reads the same data from ``a`` and ``b``."""
+    return np.array_equal(a.features, b.features) and np.array_equal(a.correct(), b.correct())
 
 
 class MLPRecalibrator(Recalibrator):
@@ -101,6 +149,89 @@ class MLPRecalibrator(Recalibrator):
         self.feature_dim_ = d
         self.module_ = module.to("cpu")
         return self
+
+    def _hyper(self) -> tuple:
+        return (tuple(self.hidden), self.epochs, self.lr, self.batch_size, self.weight_decay)
+
+    @classmethod
+    def fit_many(
+        cls,
+        recalibrators: Sequence[MLPRecalibrator],
+        outputs: Sequence[ModelOutputs],
+        contexts: Sequence[FitContext],
+    ) -> None:
+        """Fit ``recalibrators[i]`` on ``outputs[i]`` with ``contexts[i]``, each exactly as its
+        own :meth:`fit` would (to float rounding), training those with equal
+        hyperparameters, data shapes and device as one batched model (parameters with a
+        leading replica dimension, see :class:`BatchedMLP`): same seeded initial weights and
+        batch order per replica, one Adam over the stacked parameters (Adam is
+        elementwise, so this is per-replica Adam).
+        """
+        groups: dict[tuple, list[int]] = {}
+        for i, (rec, out, ctx) in enumerate(zip(recalibrators, outputs, contexts)):
+            check_outputs(out, "recalibrator 'mlp'", min_rows=1)
+            key = (rec._hyper(), len(out), out.feature_dim, str(ctx.torch_device()))
+            groups.setdefault(key, []).append(i)
+        for members in groups.values():
+            # replicas with the same seed and data (e.g. the training β's of one seed, which
+            # this fit does not read) would train identically: train one, copy it
+            outs = [outputs[i] for i in members]
+            same = equal_groups(
+                [int(contexts[i].seed) for i in members],
+                lambda a, b, outs=outs: _same_data(outs[a], outs[b]),
+            )
+            lead = [members[g[0]] for g in same]
+            if len(lead) == 1:
+                recalibrators[lead[0]].fit(outputs[lead[0]], contexts[lead[0]])
+            else:
+                cls._fit_batched(
+                    [recalibrators[i] for i in lead],
+                    [outputs[i] for i in lead],
+                    [contexts[i] for i in lead],
+                )
+            for g in same:
+                src = recalibrators[members[g[0]]]
+                for j in g[1:]:
+                    dst = recalibrators[members[j]]
+                    dst.feature_dim_ = src.feature_dim_
+                    dst.module_ = copy.deepcopy(src.module_)
+
+    @staticmethod
+    def _fit_batched(recs, outs, ctxs) -> None:
+        first = recs[0]
+        device = ctxs[0].torch_device()
+        d = outs[0].feature_dim
+        n, bs = len(outs[0]), int(first.batch_size)
+        modules = [
+            seeded_init(ctx.seed, lambda: MLPRecalibratorNet(d, first.hidden)) for ctx in ctxs
+        ]
+        seeds = [int(ctx.seed) for ctx in ctxs]
+        order, streams = group_streams(seeds, lambda i, j: _same_data(outs[i], outs[j]))
+        lead = order[:: len(order) // streams]  # one replica per stream
+        r, m = len(order), len(order) // streams
+        x = torch.stack([to_tensor(outs[i].features, device, torch.float32) for i in lead])
+        y = torch.stack([to_tensor(outs[i].correct(), device, torch.float32) for i in lead])
+        threads = batched_threads(device)
+        split = balanced_split(streams, device, threads)
+        net = BatchedMLP([modules[i].net for i in order], streams, split).to(device)
+        opt = batched_adam(net.parameters(), first.lr, first.weight_decay)
+        gens = [torch.Generator().manual_seed(seeds[i]) for i in lead]
+        bce = torch.nn.functional.binary_cross_entropy_with_logits
+        net.train()
+        with cpu_threads(device, threads):
+            for perm in epoch_permutations(gens, n, int(first.epochs), device):
+                xp = take_rows(x, perm)
+                yp = take_rows(y, perm)[:, None, :].expand(streams, m, n).reshape(r, n)
+                for start in range(0, n, bs):
+                    stop = min(start + bs, n)
+                    loss = bce(net(xp[:, start:stop]), yp[:, start:stop], reduction="none")
+                    opt.zero_grad(set_to_none=True)
+                    loss.mean(-1).sum().backward()
+                    opt.step()
+        net.write_back([modules[i].net for i in order])
+        for rec, module in zip(recs, modules):
+            rec.feature_dim_ = d
+            rec.module_ = module.eval()
 
     def _check(self, outputs: ModelOutputs) -> None:
         check_outputs(outputs, "recalibrator 'mlp'")

@@ -11,7 +11,7 @@ from pydantic import Field
 from selbench.api import FitContext, Params, Recalibrator
 from selbench.data import ModelOutputs
 
-from ._common import NotFittedError, check_outputs, run_module
+from ._common import NotFittedError, check_outputs, fit_once_per_data, run_module
 
 #: the logit of a probability clipped to [1e-12, 1 - 1e-12], as in Kumar et al.'s code
 LOGIT_CLIP = math.log((1 - 1e-12) / 1e-12)
@@ -134,6 +134,86 @@ class PlattModule(torch.nn.Module):
         log_probs = log_rest.scatter(-1, idx[:, None], log_c[:, None])
         return log_c.exp(), log_probs
 
+    @classmethod
+    def stacked(cls, modules: list[PlattModule], streams: int = 1, split: int = 1) -> BatchedPlatt:
+        """The replicas ``modules`` as one batched module (see :class:`BatchedPlatt`)."""
+        return BatchedPlatt(modules, streams)
+
+
+class BatchedPlatt(torch.nn.Module):
+    """R :class:`PlattModule` replicas trained as one (the batched training protocol).
+
+    Parameters ``weight``, ``bias`` of shape ``[streams, m]``; all replicas must share the
+    mode (binary or top-label). :meth:`prepare` computes the Platt input ``s`` once per
+    example, with what the label's log-probability needs: binary, the signs selecting
+    ``log p1'`` or ``log(1 - p1')``; top-label, whether the label is the predicted class and
+    else ``z_y - logsumexp_{j != top} z_j``. A step is then elementwise in ``t = w s + b``,
+    giving the values :class:`PlattModule` computes (to float rounding).
+    """
+
+    uses_features = False
+
+    def __init__(self, modules: list[PlattModule], streams: int = 1):
+        super().__init__()
+        modes = {m.binary for m in modules}
+        if len(modes) != 1:
+            raise ValueError("binary and top-label Platt modules cannot be stacked")
+        self.binary = modes.pop()
+        r = len(modules)
+        self.replicas, self.streams = r, int(streams)
+        shape = (self.streams, r // self.streams)
+        self.weight = torch.nn.Parameter(
+            torch.stack([m.weight.detach().clone() for m in modules]).view(shape).clone()
+        )
+        self.bias = torch.nn.Parameter(
+            torch.stack([m.bias.detach().clone() for m in modules]).view(shape).clone()
+        )
+
+    @torch.no_grad()
+    def prepare(
+        self, logits: torch.Tensor, features: torch.Tensor | None, labels: torch.Tensor | None
+    ) -> dict[str, torch.Tensor]:
+        if self.binary:
+            s = (logits[..., 1] - logits[..., 0]).clamp(-LOGIT_CLIP, LOGIT_CLIP)
+            one = torch.ones_like(s)
+            out = {"s": s, "sign": torch.where(logits[..., 1] > logits[..., 0], one, -one)}
+            if labels is not None:
+                out["label_sign"] = torch.where(labels == 1, one, -one)
+            return out
+        top, idx = logits.max(dim=-1)
+        rest = logits.scatter(-1, idx.unsqueeze(-1), float("-inf"))
+        lse_rest = torch.logsumexp(rest, dim=-1)
+        out = {"s": (top - lse_rest).clamp(-LOGIT_CLIP, LOGIT_CLIP)}
+        if labels is not None:
+            is_top = labels == idx
+            z_y = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+            out["is_top"] = is_top
+            out["rest_y"] = torch.where(is_top, torch.zeros_like(z_y), z_y - lse_rest)
+        return out
+
+    def forward(self, batch: dict[str, torch.Tensor], features: torch.Tensor | None,
+                need_log_prob: bool):
+        t = self.weight[:, :, None] * batch["s"][:, None, :] + self.bias[:, :, None]
+        logsig = torch.nn.functional.logsigmoid
+        if self.binary:
+            conf = logsig(batch["sign"][:, None, :] * t).exp().reshape(self.replicas, -1)
+            if not need_log_prob:
+                return conf, None
+            return conf, logsig(batch["label_sign"][:, None, :] * t).reshape(self.replicas, -1)
+        log_c = logsig(t)
+        conf = log_c.exp().reshape(self.replicas, -1)
+        if not need_log_prob:
+            return conf, None
+        other = batch["rest_y"][:, None, :] + logsig(-t)
+        label_lp = torch.where(batch["is_top"][:, None, :], log_c, other)
+        return conf, label_lp.reshape(self.replicas, -1)
+
+    @torch.no_grad()
+    def write_back(self, modules: list[PlattModule]) -> None:
+        for module, w, b in zip(modules, self.weight.reshape(-1), self.bias.reshape(-1)):
+            module.weight.copy_(w)
+            module.bias.copy_(b)
+
 
 class PlattScaling(Recalibrator):
     """Platt scaling: a 1-D logistic regression on the logit of a probability.
@@ -161,6 +241,12 @@ class PlattScaling(Recalibrator):
                 "use mode 'top-label' or 'auto'"
             )
         return self.mode
+
+    @classmethod
+    def fit_many(cls, recalibrators, outputs, contexts) -> None:
+        """Fit each of ``recalibrators`` on its ``outputs`` as :meth:`fit` would; the fit
+        depends on the logits and labels only, so equal data are fitted once and copied."""
+        fit_once_per_data(recalibrators, outputs, contexts)
 
     def fit(self, outputs: ModelOutputs, context: FitContext) -> PlattScaling:
         check_outputs(outputs, "recalibrator 'platt'", min_rows=1)

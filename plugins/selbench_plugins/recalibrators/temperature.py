@@ -10,7 +10,7 @@ from pydantic import Field
 from selbench.api import FitContext, Params, Recalibrator
 from selbench.data import ModelOutputs
 
-from ._common import NotFittedError, check_outputs, run_module
+from ._common import NotFittedError, check_outputs, fit_once_per_data, run_module
 
 
 class TemperatureParams(Params):
@@ -35,6 +35,82 @@ class TemperatureModule(torch.nn.Module):
     def forward(self, logits: torch.Tensor, features: torch.Tensor | None = None):
         log_probs = torch.log_softmax(logits / self.log_t.exp(), dim=-1)
         return log_probs.max(dim=-1).values.exp(), log_probs
+
+    @classmethod
+    def stacked(
+        cls, modules: list[TemperatureModule], streams: int = 1, split: int = 1
+    ) -> BatchedTemperature:
+        """The replicas ``modules`` as one batched module (see :class:`BatchedTemperature`)."""
+        return BatchedTemperature(modules, streams)
+
+
+class _ScaledLogSumExp(torch.autograd.Function):
+    """``lse[u, j, b] = log sum_k exp(a[u, j] * d[u, b, k])`` for ``d <= 0`` with a zero in
+    every row (logits minus their maximum), so every exponent is <= 0 and the sum >= 1.
+
+    Differentiable in ``a`` only: ``d lse / d a = sum_k softmax(a d)_k d_k``, saved in the
+    forward pass, so the backward pass costs nothing over the ``[U, m, B, K]`` block.
+    """
+
+    @staticmethod
+    def forward(ctx, a: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+        block = d.unsqueeze(1) * a[:, :, None, None]  # [U, m, B, K]
+        block.exp_()
+        total = block.sum(-1)
+        block.mul_(d.unsqueeze(1))
+        ctx.save_for_backward(block.sum(-1) / total)
+        return total.log()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (mean_d,) = ctx.saved_tensors
+        return (grad * mean_d).sum(-1), None
+
+
+class BatchedTemperature(torch.nn.Module):
+    """R :class:`TemperatureModule` replicas trained as one (the batched training protocol).
+
+    Parameters ``log_t [streams, m]``. :meth:`prepare` keeps, per example, the logits minus
+    their maximum ``d = z - max z`` (and ``d_y`` at the label); a step then needs one
+    ``log sum_k exp(d_k / T)`` per example and replica: the confidence is
+    ``exp(-lse)`` and the label's log-probability ``d_y / T - lse``, the values
+    :class:`TemperatureModule` computes (to float rounding) without forming the
+    ``[R, B, K]`` log-probability block.
+    """
+
+    uses_features = False
+
+    def __init__(self, modules: list[TemperatureModule], streams: int = 1):
+        super().__init__()
+        r = len(modules)
+        self.replicas, self.streams = r, int(streams)
+        log_t = torch.stack([m.log_t.detach().clone() for m in modules])
+        self.log_t = torch.nn.Parameter(log_t.view(self.streams, r // self.streams).clone())
+
+    @torch.no_grad()
+    def prepare(
+        self, logits: torch.Tensor, features: torch.Tensor | None, labels: torch.Tensor | None
+    ) -> dict[str, torch.Tensor]:
+        d = logits - logits.max(dim=-1, keepdim=True).values
+        out = {"d": d}
+        if labels is not None:
+            out["d_y"] = d.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+        return out
+
+    def forward(self, batch: dict[str, torch.Tensor], features: torch.Tensor | None,
+                need_log_prob: bool):
+        a = torch.exp(-self.log_t)  # 1 / T, [U, m]
+        lse = _ScaledLogSumExp.apply(a, batch["d"])  # [U, m, B]
+        conf = torch.exp(-lse).reshape(self.replicas, -1)
+        if not need_log_prob:
+            return conf, None
+        label_lp = a[:, :, None] * batch["d_y"][:, None, :] - lse
+        return conf, label_lp.reshape(self.replicas, -1)
+
+    @torch.no_grad()
+    def write_back(self, modules: list[TemperatureModule]) -> None:
+        for module, value in zip(modules, self.log_t.reshape(-1)):
+            module.log_t.copy_(value)
 
 
 def _nll_derivatives(z: np.ndarray, zy: np.ndarray, beta: float) -> tuple[float, float, float]:
@@ -112,6 +188,12 @@ class TemperatureScaling(Recalibrator):
             raise ValueError("min_temperature must be smaller than max_temperature")
         self.min_temperature = min_temperature
         self.max_temperature = max_temperature
+
+    @classmethod
+    def fit_many(cls, recalibrators, outputs, contexts) -> None:
+        """Fit each of ``recalibrators`` on its ``outputs`` as :meth:`fit` would; the fit
+        depends on the logits and labels only, so equal data are fitted once and copied."""
+        fit_once_per_data(recalibrators, outputs, contexts)
 
     def fit(self, outputs: ModelOutputs, context: FitContext) -> TemperatureScaling:
         check_outputs(outputs, "recalibrator 'temperature'", min_rows=1)

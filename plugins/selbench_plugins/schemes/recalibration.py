@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 from pydantic import Field
-from selbench.api import FitContext, Params, Scheme
+from selbench.api import FitContext, FitJob, Params, Scheme
 from selbench.data import ModelOutputs
 
 from selbench_plugins.recalibrators._common import check_outputs
 
-from .training import TRAINING_SCHEMES
+from .training import TRAINING_SCHEMES, fit_recalibrators
 
 
 class RecalibrationParams(Params):
@@ -45,8 +46,7 @@ class RecalibrationScheme(Scheme):
         RecalibrationParams(fit_on=fit_on)
         self.fit_on = fit_on
 
-    def fit(self, outputs: ModelOutputs, *, selector, recalibrator, loss, coverage,
-            context: FitContext) -> RecalibrationScheme:
+    def _check(self, outputs: ModelOutputs, selector) -> None:
         check_outputs(outputs, "scheme 'recalibration'", min_rows=1)
         if getattr(selector, "trainable", False):
             raise ValueError(
@@ -55,6 +55,25 @@ class RecalibrationScheme(Scheme):
                 + ", ".join(repr(s) for s in TRAINING_SCHEMES)
                 + " schemes"
             )
+
+    def fit_many(self, jobs: Sequence[FitJob]) -> RecalibrationScheme:
+        """Fit every job as :meth:`fit` would. With ``fit_on='all'`` the recalibrators are
+        fitted first, those whose class offers ``fit_many`` (the MLP recalibrator) as one
+        batched model; then each selector is fitted on its recalibrated confidence."""
+        jobs = list(jobs)
+        if self.fit_on != "all":
+            return super().fit_many(jobs)
+        for job in jobs:
+            self._check(job.outputs, job.selector)
+        fit_recalibrators(jobs)
+        for job in jobs:
+            job.selector.fit(job.outputs, job.recalibrator.confidence(job.outputs), job.context)
+            self.kept_ = np.arange(len(job.outputs))
+        return self
+
+    def fit(self, outputs: ModelOutputs, *, selector, recalibrator, loss, coverage,
+            context: FitContext) -> RecalibrationScheme:
+        self._check(outputs, selector)
         if self.fit_on == "all":
             keep = np.arange(len(outputs))
             recalibrator.fit(outputs, context)

@@ -12,6 +12,12 @@ All three minimise ``loss(ĝ, ĥ, y^c) + coverage(ĝ, β)`` over mini-batches wi
 When h is frozen its confidence (and log-probabilities) are computed once before
 training. Shuffling, initial weights and input noise are seeded by ``context.seed``;
 training runs on ``context.device`` and the modules are moved back to the CPU after.
+
+``fit`` trains one replica with :func:`train`, a plain loop over mini-batches.
+``fit_many`` (what the runner calls with all seeds × training β of a method) trains the
+replicas that share data shapes as one batched model (:mod:`.batched`), each replica ending
+where its own ``fit`` would, to float rounding; replicas that cannot be batched (a
+third-party module or loss without the batched protocol) are trained one by one.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from pydantic import Field
 from selbench.api import (
     CoverageLoss,
     FitContext,
+    FitJob,
     Params,
     Recalibrator,
     Scheme,
@@ -237,6 +244,8 @@ def train(
 
 class _TrainingScheme(Scheme):
     name: str = ""
+    #: whether h is trained together with g
+    train_h: bool = False
 
     def __init__(
         self,
@@ -266,6 +275,89 @@ class _TrainingScheme(Scheme):
         check_outputs(outputs, f"scheme {self.name!r}", min_rows=1)
         _check_args(self.name, selector, recalibrator, loss, coverage)
 
+    def _check_job(self, job: FitJob) -> None:
+        """The scheme's checks of one replica's arguments (before anything is fitted)."""
+        self._prepare(job.outputs, job.selector, job.recalibrator, job.loss, job.coverage)
+
+    def _prefit(self, jobs: list[FitJob]) -> None:
+        """Fit h before g is trained (sequential, joint); the selection scheme does not."""
+
+    def fit(self, outputs, *, selector, recalibrator, loss, coverage, context):
+        job = FitJob(outputs, selector, recalibrator, loss, coverage, context)
+        self._check_job(job)
+        self._prefit([job])
+        train(self.name, self._params, outputs, selector, recalibrator, loss, coverage,
+              context, train_h=self.train_h)
+        self.n_fit_ = len(outputs)
+        return self
+
+    def fit_many(self, jobs):
+        """Fit every job as :meth:`fit` would, training the replicas that share data shapes
+        as one batched model (see :mod:`selbench_plugins.schemes.batched`)."""
+        jobs = list(jobs)
+        for job in jobs:
+            self._check_job(job)
+        self._prefit(jobs)
+        train_jobs(self.name, self._params, jobs, train_h=self.train_h)
+        if jobs:
+            self.n_fit_ = len(jobs[-1].outputs)
+        return self
+
+
+def fit_recalibrators(jobs: list[FitJob]) -> None:
+    """``job.recalibrator.fit(job.outputs, job.context)`` for every job; recalibrators whose
+    class offers ``fit_many(recalibrators, outputs, contexts)`` (the MLP recalibrator) are
+    fitted together by it."""
+    if len(jobs) == 1:
+        jobs[0].recalibrator.fit(jobs[0].outputs, jobs[0].context)
+        return
+    by_class: dict[type, list[FitJob]] = {}
+    for job in jobs:
+        by_class.setdefault(type(job.recalibrator), []).append(job)
+    for cls, members in by_class.items():
+        many = getattr(cls, "fit_many", None)
+        if many is not None and len(members) > 1:
+            many([j.recalibrator for j in members], [j.outputs for j in members],
+                 [j.context for j in members])
+        else:
+            for job in members:
+                job.recalibrator.fit(job.outputs, job.context)
+
+
+def train_jobs(name: str, params: TrainingParams, jobs: list[FitJob], *, train_h: bool) -> None:
+    """:func:`train` for every job, batching the replicas that can be (:mod:`.batched`)."""
+    from .batched import _prepare, batchable, train_many
+
+    if len(jobs) < 2:
+        for job in jobs:
+            train(name, params, job.outputs, job.selector, job.recalibrator, job.loss,
+                  job.coverage, job.context, train_h=train_h)
+        return
+    reps = [_prepare(name, job, train_h, job.context.torch_device()) for job in jobs]
+    parts: dict[tuple, list] = {}
+    for rep in reps:
+        job = rep.job
+        key = (
+            str(job.context.torch_device()),
+            type(rep.g_module),
+            tuple((k, tuple(v.shape)) for k, v in rep.g_module.state_dict().items()),
+            rep.x.shape,
+            type(job.loss),
+            type(job.coverage),
+            None if rep.h_module is None else (
+                type(rep.h_module), job.outputs.logits.shape, job.outputs.features.shape,
+            ),
+        )
+        parts.setdefault(key, []).append(rep)
+    for part in parts.values():
+        if batchable(part):
+            train_many(name, params, part, train_h=train_h)
+        else:
+            for rep in part:
+                job = rep.job
+                train(name, params, job.outputs, job.selector, job.recalibrator, job.loss,
+                      job.coverage, job.context, train_h=train_h)
+
 
 class SelectionScheme(_TrainingScheme):
     """Selection only: train g with the loss and coverage terms; h is used as given.
@@ -277,20 +369,16 @@ class SelectionScheme(_TrainingScheme):
 
     name = "selection"
 
-    def fit(self, outputs, *, selector, recalibrator, loss, coverage, context):
-        self._prepare(outputs, selector, recalibrator, loss, coverage)
+    def _check_job(self, job: FitJob) -> None:
+        super()._check_job(job)
         try:
-            recalibrator.confidence(outputs.subset(np.arange(1)))
+            job.recalibrator.confidence(job.outputs.subset(np.arange(1)))
         except (ValueError, AttributeError) as exc:
             raise ValueError(
                 f"scheme 'selection' uses the recalibrator as given, without fitting it, but "
-                f"{type(recalibrator).__name__} cannot be used unfitted ({exc}); use "
+                f"{type(job.recalibrator).__name__} cannot be used unfitted ({exc}); use "
                 "recalibrator 'none', or the 'sequential' scheme to fit it first"
             ) from exc
-        train(self.name, self._params, outputs, selector, recalibrator, loss, coverage,
-              context, train_h=False)
-        self.n_fit_ = len(outputs)
-        return self
 
 
 class SequentialScheme(_TrainingScheme):
@@ -298,13 +386,8 @@ class SequentialScheme(_TrainingScheme):
 
     name = "sequential"
 
-    def fit(self, outputs, *, selector, recalibrator, loss, coverage, context):
-        self._prepare(outputs, selector, recalibrator, loss, coverage)
-        recalibrator.fit(outputs, context)
-        train(self.name, self._params, outputs, selector, recalibrator, loss, coverage,
-              context, train_h=False)
-        self.n_fit_ = len(outputs)
-        return self
+    def _prefit(self, jobs: list[FitJob]) -> None:
+        fit_recalibrators(jobs)
 
 
 class JointScheme(_TrainingScheme):
@@ -315,16 +398,15 @@ class JointScheme(_TrainingScheme):
     """
 
     name = "joint"
+    train_h = True
 
-    def fit(self, outputs, *, selector, recalibrator, loss, coverage, context):
-        self._prepare(outputs, selector, recalibrator, loss, coverage)
-        if not recalibrator.differentiable:
+    def _check_job(self, job: FitJob) -> None:
+        super()._check_job(job)
+        if not job.recalibrator.differentiable:
             raise ValueError(
                 f"scheme 'joint' trains h with g and needs a differentiable recalibrator "
-                f"(none, temperature, platt, mlp); {type(recalibrator).__name__} is not"
+                f"(none, temperature, platt, mlp); {type(job.recalibrator).__name__} is not"
             )
-        recalibrator.fit(outputs, context)
-        train(self.name, self._params, outputs, selector, recalibrator, loss, coverage,
-              context, train_h=True)
-        self.n_fit_ = len(outputs)
-        return self
+
+    def _prefit(self, jobs: list[FitJob]) -> None:
+        fit_recalibrators(jobs)

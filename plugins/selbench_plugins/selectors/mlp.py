@@ -11,6 +11,7 @@ from selbench.api import FitContext, Params, Selector
 from selbench.data import ModelOutputs
 
 from selbench_plugins.recalibrators._common import (
+    BatchedMLP,
     NotFittedError,
     build_mlp,
     run_module,
@@ -47,6 +48,33 @@ class MLPSelectorNet(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.net(x).squeeze(-1))
+
+    @classmethod
+    def stacked(
+        cls, modules: list[MLPSelectorNet], streams: int = 1, split: int = 1
+    ) -> BatchedMLPSelector:
+        """The replicas ``modules`` as one batched module (see :class:`BatchedMLPSelector`;
+        ``split`` as in :class:`~selbench_plugins.recalibrators._common.BatchedMLP`)."""
+        return BatchedMLPSelector(modules, streams, split)
+
+
+class BatchedMLPSelector(torch.nn.Module):
+    """R :class:`MLPSelectorNet` replicas trained as one (the batched training protocol).
+
+    ``forward(x [streams, B, d_in]) -> ĝ [R, B]``; replica ``r`` reads ``x[r // (R /
+    streams)]``. Starts from the replicas' own weights; :meth:`write_back` returns the
+    trained weights to them.
+    """
+
+    def __init__(self, modules: list[MLPSelectorNet], streams: int = 1, split: int = 1):
+        super().__init__()
+        self.mlp = BatchedMLP([m.net for m in modules], streams, split)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.mlp(x))
+
+    def write_back(self, modules: list[MLPSelectorNet]) -> None:
+        self.mlp.write_back([m.net for m in modules])
 
 
 class MLPSelector(Selector):
