@@ -407,8 +407,6 @@ def top_label(probs: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError("probs must be a numeric [N, K] array") from exc
     if pr.ndim != 2 or pr.shape[1] == 0:
         raise ValueError(f"probs must have shape [N, K] with K >= 1; got {pr.shape}")
-    if np.isnan(pr).any():
-        raise ValueError("probs contains NaN")
     lab = np.asarray(labels)
     if lab.ndim != 1 or lab.shape[0] != pr.shape[0]:
         raise ValueError(f"labels must have shape [{pr.shape[0]}]; got {lab.shape}")
@@ -416,8 +414,11 @@ def top_label(probs: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"labels must be integers; got dtype {lab.dtype}")
     if lab.size and (lab.min() < 0 or lab.max() >= pr.shape[1]):
         raise ValueError(f"labels must lie in [0, {pr.shape[1]}); got [{lab.min()}, {lab.max()}]")
+    conf = pr.max(axis=1)  # a NaN anywhere in a row makes its max NaN
+    if np.isnan(conf).any():
+        raise ValueError("probs contains NaN")
     pred = np.argmax(pr, axis=1)
-    return pr[np.arange(pr.shape[0]), pred], (pred == lab).astype(np.float64)
+    return conf, (pred == lab).astype(np.float64)
 
 
 def brier(confidence: Any, correct: Any) -> float:

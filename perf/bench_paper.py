@@ -1,0 +1,229 @@
+"""The method stage of ``specs/paper.yaml`` on cached (synthetic) outputs of the paper's sizes.
+
+The backbone stage is replaced by synthetic model outputs of the paper's shapes — feature
+dimension, classes and split sizes of Camelyon17 (DenseNet-121, 1024-d, 2 classes, 34,904 /
+85,054), ImageNet (ResNet-34, 512-d, 1000 classes, 50,000), RxRx1 (ResNet-50, 2048-d, 1139
+classes, 9,854 / 34,432) and CIFAR-100-C (CLIP ViT-B/32, 512-d, 100 classes, 10,000 / 50,000)
+— written into a fresh output cache under the very keys the runner computes for
+``specs/paper.yaml``. Then ``selbench.runner.run`` runs the spec unchanged (every method, 5
+seeds, every training β): the whole method stage, cells and leaderboard, no plots.
+
+FLOPs are counted analytically for what is matmul-bound: training the MLP selectors (and
+MLP recalibrators: their fit ignores β, so one per seed), counted as in
+``bench_training.py``, and their forward passes over the fitting and evaluation data.
+Everything else (the baselines' sklearn models, binning, temperature and Platt fits, the
+elementwise softmax and kernel terms of the losses) is counted as zero FLOPs, so the
+fraction of the floor is a lower bound. The floor is FLOPs / the float32 matmul peak
+measured in the same run.
+
+By default the run is shortened to a few minutes: every ``epochs`` divided by
+``--epoch-divisor`` (20) and the splits cut to ``--max-split`` (12,000) examples; ``--full``
+runs the paper's sizes (on 2 CPU cores about an hour).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+from common import machine, matmul_peak, resolve_device, rule, target
+from selbench import runner
+from selbench.api import Backbone, Dataset, SplitData
+from selbench.data import ModelOutputs
+from selbench.spec import load_spec
+from selbench.store import OutputCache
+from selbench_plugins.schemes.batched import step_flops
+
+REPO = Path(__file__).resolve().parents[1]
+TRAINING = ("selection", "sequential", "joint")
+
+#: experiment -> (feature dim, classes, {split: size}) as in the paper (Appendix A)
+SHAPES = {
+    "camelyon17": (1024, 2, {"val": 34_904, "test": 85_054}),
+    "imagenet": (512, 1000, {"val": 50_000}),
+    "rxrx1": (2048, 1139, {"val": 9_854, "test": 34_432}),
+    "cifar100-c": (512, 100, {"val": 10_000, "test": 50_000}),
+}
+
+
+def synthetic(n: int, d: int, k: int, seed: int) -> ModelOutputs:
+    """Gaussian features; logits a linear function of 32 of them (over-confident: labels
+    drawn from the softmax at half the scale)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d), dtype=np.float32)
+    w = rng.standard_normal((32, k), dtype=np.float32) * np.float32(4.0 / math.sqrt(32))
+    z = x[:, :32] @ w
+    gumbel = -np.log(-np.log(rng.random((n, k), dtype=np.float32) + 1e-12) + 1e-12)
+    labels = np.argmax(0.5 * z + gumbel, axis=1)
+    return ModelOutputs(features=x, logits=z, labels=labels)
+
+
+class _SyntheticDataset(Dataset):
+    def __init__(self, sizes: dict[str, int], k: int):
+        self.sizes, self.num_classes = sizes, k
+
+    def splits(self) -> list[str]:
+        return list(self.sizes)
+
+    def split(self, name: str) -> SplitData:
+        return SplitData(inputs=None, labels=np.zeros(self.sizes[name], dtype=np.int64))
+
+
+class _SyntheticBackbone(Backbone):
+    def __init__(self, d: int, k: int, sizes: dict[str, int]):
+        self.d, self.k, self.sizes = d, k, sizes
+
+    def extract(self, dataset, split, context) -> ModelOutputs:
+        seed = sorted(self.sizes).index(split) + 17 * self.d + self.k
+        return synthetic(self.sizes[split], self.d, self.k, seed)
+
+
+def paper_spec(divisor: int) -> dict:
+    raw = yaml.safe_load((REPO / "specs" / "paper.yaml").read_text())
+    if divisor > 1:
+        for exp in raw["experiments"]:
+            for m in exp["methods"]:
+                for field in ("scheme", "recalibrator"):
+                    params = (m.get(field) or {}).get("params") or {}
+                    if "epochs" in params:
+                        params["epochs"] = max(1, math.ceil(params["epochs"] / divisor))
+    return raw
+
+
+def fill_cache(raw: dict, cache_dir: Path, max_split: int | None) -> None:
+    """Write synthetic outputs under the keys ``runner.run`` will look up."""
+    resolved = load_spec(raw)
+    real_build = resolved.build
+    for e_i, exp in enumerate(resolved.spec.experiments):
+        d, k, sizes = SHAPES[exp.name]
+        if max_split:
+            sizes = {s: min(n, max_split) for s, n in sizes.items()}
+
+        def build(kind, comp, d=d, k=k, sizes=sizes):
+            if kind == "dataset":
+                return _SyntheticDataset(sizes, k)
+            if kind == "backbone":
+                return _SyntheticBackbone(d, k, sizes)
+            return real_build(kind, comp)
+
+        resolved.build = build
+        runner.experiment_outputs(resolved, e_i, OutputCache(cache_dir), "cpu", False)
+
+
+def mlp_fwd(d: int, hidden: list[int]) -> int:
+    widths = [d, *hidden, 1]
+    return sum(2 * a * b for a, b in zip(widths[:-1], widths[1:]))
+
+
+def count_flops(resolved, cells: list[dict]) -> dict[tuple[str, str], float]:
+    """Analytic matmul FLOPs per (experiment, method label), from the spec and the cells."""
+    flops: dict[tuple[str, str], float] = {}
+    for exp in resolved.spec.experiments:
+        d = SHAPES[exp.name][0]
+        for m in exp.methods:
+            mine = [c for c in cells if c["experiment"] == exp.name and c["method"] == m.label]
+            total = 0.0
+            rec = resolved.params("recalibrator", m.recalibrator)
+            if m.recalibrator.name == "mlp":  # one fit per seed (it ignores β)
+                seeds = {c["seed"] for c in mine}
+                for c in mine:
+                    if c["seed"] in seeds:
+                        seeds.discard(c["seed"])
+                        steps = rec["epochs"] * math.ceil(c["n_fit"] / rec["batch_size"])
+                        total += steps * step_flops(d, rec["hidden"], rec["batch_size"])
+                    total += (c["n_eval"] + c["n_fit"]) * mlp_fwd(d, rec["hidden"])
+            if m.scheme.name in TRAINING and m.selector.name == "mlp":
+                sch = resolved.params("scheme", m.scheme)
+                hidden = resolved.params("selector", m.selector)["hidden"]
+                for c in mine:
+                    steps = sch["epochs"] * math.ceil(c["n_fit"] / sch["batch_size"])
+                    total += steps * step_flops(d, hidden, sch["batch_size"])
+                    total += c["n_eval"] * mlp_fwd(d, hidden)
+            flops[(exp.name, m.label)] = total
+    return flops
+
+
+def main(argv: list[str] | None = None) -> list[str]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--full", action="store_true", help="the paper's epochs and split sizes")
+    ap.add_argument("--epoch-divisor", type=int, default=20)
+    ap.add_argument("--max-split", type=int, default=12_000)
+    ap.add_argument("--workdir", help="keep the cache and results here (default: a temp dir)")
+    args = ap.parse_args(argv)
+    device = resolve_device(args.device)
+    divisor = 1 if args.full else args.epoch_divisor
+    max_split = None if args.full else args.max_split
+
+    rule("method stage of specs/paper.yaml on cached synthetic outputs")
+    print(machine(device))
+    print("epochs: the paper's" if divisor == 1 else f"epochs: the paper's / {divisor}",
+          "; splits:", "the paper's sizes" if not max_split else f"at most {max_split:,}")
+    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="selbench-"))
+    try:
+        raw = paper_spec(divisor)
+        t0 = time.perf_counter()
+        fill_cache(raw, work / "cache", max_split)
+        print(f"synthetic outputs cached in {time.perf_counter() - t0:.1f} s (not timed below)")
+        peak = matmul_peak(device)
+        t0 = time.perf_counter()
+        report = runner.run(load_spec(raw), out_dir=work / "results", device=device.type,
+                            cache_dir=work / "cache", progress=False, plots=False)
+        wall = time.perf_counter() - t0
+        peak = max(peak, matmul_peak(device))
+        cells = [json.loads(p.read_text()) for p in (work / "results" / "cells").rglob("*.json")]
+        resolved = load_spec(raw)
+        flops = count_flops(resolved, cells)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+
+    secs: dict[tuple[str, str], float] = {}
+    for c in cells:
+        key = (c["experiment"], c["method"])
+        secs[key] = secs.get(key, 0.0) + c["timing"]["fit_s"] + c["timing"]["eval_s"]
+    counted = {k for k, v in flops.items() if v > 0}
+    total_flops = sum(flops.values())
+    t_counted = sum(secs[k] for k in counted)
+    t_other = sum(v for k, v in secs.items() if k not in counted)
+    floor = total_flops / (peak * 1e9)
+    print(f"{report.computed} cells in {wall:.1f} s; matmul peak (same run) {peak:.1f} GFLOP/s")
+    print(f"{'experiment':12s} {'method':22s} {'cells':>5s} {'TFLOP':>8s} {'seconds':>8s} "
+          f"{'GFLOP/s':>8s}")
+    for (e, m), f in flops.items():
+        n = sum(1 for c in cells if (c["experiment"], c["method"]) == (e, m))
+        rate = f / secs[(e, m)] / 1e9 if f else 0.0
+        print(f"{e:12s} {m[:22]:22s} {n:5d} {f / 1e12:8.3f} {secs[(e, m)]:8.1f} "
+              f"{rate if f else float('nan'):8.1f}")
+    print(f"total: {total_flops / 1e12:.2f} TFLOP counted; floor {floor:.1f} s; wall {wall:.1f} s "
+          f"-> {100 * floor / wall:.1f}% of the FLOP-bound floor")
+    print(f"  FLOP-counted methods (learned selectors, MLP recalibrators): {t_counted:.1f} s "
+          f"-> {100 * floor / t_counted:.1f}% of the floor")
+    print(f"  other methods (baselines, binning, temperature/Platt only): {t_otherfmt(t_other)}")
+    lines = []
+    if device.type == "cuda":
+        lines.append(target("GPU method stage", wall < 120 and divisor == 1 and not max_split,
+                            f"{wall:.1f} s{'' if args.full else ' (shortened run)'} (< 120 s at "
+                            "the paper's sizes)"))
+    else:
+        lines.append(target("CPU method stage, fraction of the floor", floor / wall >= 0.4,
+                            f"{100 * floor / wall:.1f}% (>= 40%)"))
+        lines.append(target("CPU FLOP-counted methods, fraction of the floor",
+                            floor / t_counted >= 0.4, f"{100 * floor / t_counted:.1f}% (>= 40%)"))
+    return lines
+
+
+def t_otherfmt(seconds: float) -> str:
+    return f"{seconds:.1f} s, no FLOPs counted"
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
