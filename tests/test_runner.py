@@ -10,7 +10,6 @@ import time
 import numpy as np
 import pytest
 from conftest import REPO, tiny_spec
-
 from selbench import runner as runner_mod
 from selbench.runner import RunError, resolve_device, run
 from selbench.store import default_cache_dir
