@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,3 +59,15 @@ def write_spec(tmp_path):
         return path
 
     return _write
+
+
+def sampled_linear_task(rng, n: int, d: int, k: int):
+    """Features ``x ~ N(0, I)`` [n, d], logits ``z = x W`` with ``W ~ N(0, 1)`` [d, k], and
+    labels sampled from ``softmax(z)``: a model that is calibrated by construction, for tests
+    to perturb. Draws from ``rng`` in a fixed order (x, W, then the label uniforms)."""
+    x = rng.normal(size=(n, d))
+    z = x @ rng.normal(size=(d, k))
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    labels = (p.cumsum(1) < rng.random((n, 1))).sum(1)
+    return x, z, labels

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_spec
+from conftest import sampled_linear_task, tiny_spec
 from selbench import FitContext, ModelOutputs
 from selbench import runner as runner_mod
 from selbench.api import FitJob, Scheme, SelectionLoss
@@ -24,11 +24,7 @@ CELLS = ((0, 0.6), (0, 0.8), (1, 0.6), (1, 0.8))
 def synthetic(n=200, d=8, k=3, seed=0):
     """Over-confident logits on a feature cluster with random labels (as test_schemes)."""
     rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, d))
-    z = x @ rng.normal(size=(d, k))
-    p = np.exp(z - z.max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)
-    labels = (p.cumsum(1) < rng.random((n, 1))).sum(1)
+    x, z, labels = sampled_linear_task(rng, n, d, k)
     bad = np.arange(n) < n // 3
     x[bad, 0] += 4.0
     labels[bad] = rng.integers(0, k, bad.sum())

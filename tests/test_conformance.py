@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import sampled_linear_task
 from selbench import FitContext, ModelOutputs, Recalibrator, Selector
 from selbench.plugins import get_registry
 
@@ -19,11 +20,7 @@ TRAINING = {"epochs": 3, "batch_size": 50}
 
 def synthetic(n=240, d=16, k=4, seed=0):
     rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, d))
-    z = x @ rng.normal(size=(d, k))
-    p = np.exp(z - z.max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)
-    labels = (p.cumsum(1) < rng.random((n, 1))).sum(1)
+    x, z, labels = sampled_linear_task(rng, n, d, k)
     domain = (x[:, 0] > 1).astype(np.int64)  # some selectors (oracles) read the domain
     return ModelOutputs(
         features=x.astype(np.float32), logits=(2 * z).astype(np.float32), labels=labels,

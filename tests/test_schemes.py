@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import sampled_linear_task
 from pydantic import ValidationError
 from selbench import FitContext, ModelOutputs
 from selbench.plugins import get_registry
@@ -18,11 +19,7 @@ def synthetic(n=600, d=8, k=3, seed=0, bad_frac=0.3):
     of the examples form a feature cluster (x0 shifted by +4, domain 1) whose labels are
     random, so the model is badly over-confident there."""
     rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, d))
-    z = x @ rng.normal(size=(d, k))
-    p = np.exp(z - z.max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)
-    labels = (p.cumsum(1) < rng.random((n, 1))).sum(1)
+    x, z, labels = sampled_linear_task(rng, n, d, k)
     bad = np.arange(n) < int(bad_frac * n)
     x[bad, 0] += 4.0
     labels[bad] = rng.integers(0, k, bad.sum())
