@@ -121,3 +121,23 @@ def test_mlp_selector_rejects_inputs_of_another_dimension():
     sel.init_module(out, CTX)
     with pytest.raises(ValueError, match="dimension"):
         sel.score(synthetic(n=10, d=5), np.zeros(10))
+
+
+@pytest.mark.parametrize("gamma", ["scale", "auto", 0.05])
+@pytest.mark.parametrize("standardize", [True, False])
+def test_one_class_svm_scores_equal_scikit_learns_decision_function(gamma, standardize):
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import OneClassSVM
+
+    fit = synthetic(n=300, seed=0)
+    test = synthetic(n=5000, seed=1, n_outliers=50)  # > one scoring block of 4096 rows
+    sel = build("one-class-svm", {"gamma": gamma, "standardize": standardize})
+    ours = sel.fit(fit, fit.confidence(), CTX).score(test, test.confidence())
+    x_fit, x_test = fit.features.astype(np.float64), test.features.astype(np.float64)
+    if standardize:
+        scaler = StandardScaler().fit(x_fit)
+        x_fit, x_test = scaler.transform(x_fit), scaler.transform(x_test)
+    ref = OneClassSVM(kernel="rbf", nu=0.5, gamma=gamma).fit(x_fit).decision_function(x_test)
+    assert sel.svm_.support_vectors_.shape[0] >= 150  # nu = 0.5: at least half the rows
+    np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-10)
+    assert np.abs(ref).max() > 1e-3  # the comparison is not between two near-zero vectors

@@ -113,11 +113,21 @@ class OneClassSVMParams(Params):
 class OneClassSVMSelector(Selector):
     """One-class SVM (RBF) on the standardised embedding; higher = more typical.
 
-    Schölkopf et al. (2001); the score is scikit-learn's ``decision_function``.
+    Schölkopf et al. (2001); the score is scikit-learn's ``decision_function``,
+    ``sum_i alpha_i exp(-gamma ||x - sv_i||^2) - rho``. The fit is scikit-learn's (libsvm);
+    the scoring is computed here from the fitted support vectors with one matrix product per
+    block of rows (``||x||^2 + ||sv||^2 - 2 x·sv``, float64), which gives libsvm's values to
+    about 1e-12 but runs at BLAS speed instead of libsvm's kernel loop (the paper's
+    evaluation splits have up to 85,000 rows; this was the slowest baseline).
 
     The features are standardised with the fitting data's mean and standard deviation
-    (``standardize``). Deterministic. Learned state: ``scaler_`` (or None), ``svm_``.
+    (``standardize``). ``gamma="scale"`` is ``1 / (d * var(x))`` of the (standardised)
+    fitting features, as in scikit-learn. Deterministic. Learned state: ``scaler_`` (or
+    None), ``svm_``, ``gamma_`` (the kernel coefficient used).
     """
+
+    #: Rows scored per matrix product (bounds the kernel block to rows x support vectors).
+    _block_rows = 4096
 
     def __init__(
         self, nu: float = 0.5, gamma: str | float = "scale", standardize: bool = True
@@ -134,7 +144,8 @@ class OneClassSVMSelector(Selector):
         self.scaler_ = StandardScaler().fit(x) if self.standardize else None
         if self.scaler_ is not None:
             x = self.scaler_.transform(x)
-        self.svm_ = OneClassSVM(kernel="rbf", nu=self.nu, gamma=self.gamma).fit(x)
+        self.gamma_ = _rbf_gamma(self.gamma, x)
+        self.svm_ = OneClassSVM(kernel="rbf", nu=self.nu, gamma=self.gamma_).fit(x)
         self.feature_dim_ = outputs.feature_dim
         return self
 
@@ -147,4 +158,36 @@ class OneClassSVMSelector(Selector):
         x = outputs.features.astype(np.float64)
         if self.scaler_ is not None:
             x = self.scaler_.transform(x)
-        return self.svm_.decision_function(x).astype(np.float64)
+        return _rbf_decision(
+            x, self.svm_.support_vectors_, self.svm_.dual_coef_[0], float(self.svm_.intercept_[0]),
+            self.gamma_, self._block_rows,
+        )
+
+
+def _rbf_gamma(gamma: str | float, x: np.ndarray) -> float:
+    """scikit-learn's RBF coefficient for ``gamma`` ('scale', 'auto' or a number) on ``x``."""
+    if gamma == "scale":
+        var = float(x.var())
+        return 1.0 / (x.shape[1] * var) if var != 0 else 1.0
+    if gamma == "auto":
+        return 1.0 / x.shape[1]
+    return float(gamma)
+
+
+def _rbf_decision(
+    x: np.ndarray, sv: np.ndarray, coef: np.ndarray, intercept: float, gamma: float, block: int
+) -> np.ndarray:
+    """``sum_i coef_i exp(-gamma ||x - sv_i||^2) + intercept`` for every row of ``x``."""
+    out = np.empty(x.shape[0], dtype=np.float64)
+    sv_sq = np.einsum("ij,ij->i", sv, sv)
+    for start in range(0, x.shape[0], block):
+        xb = x[start : start + block]
+        d2 = xb @ sv.T
+        d2 *= -2.0
+        d2 += np.einsum("ij,ij->i", xb, xb)[:, None]
+        d2 += sv_sq[None, :]
+        np.maximum(d2, 0.0, out=d2)
+        d2 *= -gamma
+        np.exp(d2, out=d2)
+        out[start : start + block] = d2 @ coef + intercept
+    return out
