@@ -289,6 +289,67 @@ def test_top_label_ties_and_validation():
         M.top_label(np.ones(3), np.array([0, 0, 0]))
 
 
+def test_top_label_first_index_and_nan_on_large_inputs():
+    # torch.max's reduction across threads must still pick the first of tied maxima
+    rng = np.random.default_rng(3)
+    for n, k in ((200_000, 3), (4, 50_000)):
+        probs = rng.integers(0, 3, size=(n, k)).astype(np.float64)  # many ties per row
+        labels = rng.integers(0, k, n)
+        conf, correct = M.top_label(probs, labels)
+        np.testing.assert_array_equal(conf, probs.max(1))
+        np.testing.assert_array_equal(correct, (probs.argmax(1) == labels).astype(np.float64))
+    probs = rng.random((1000, 4))
+    probs.flags.writeable = False  # e.g. a memory map: read without a warning
+    conf, _ = M.top_label(probs, np.zeros(1000, dtype=np.int64))
+    np.testing.assert_array_equal(conf, probs.max(1))
+    bad = probs.copy()
+    bad[500, 2] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        M.top_label(bad, np.zeros(1000, dtype=np.int64))
+    conf, correct = M.top_label(np.empty((0, 3)), np.empty(0, dtype=np.int64))
+    assert conf.shape == correct.shape == (0,)
+
+
+def _bucketed_cases():
+    rng = np.random.default_rng(17)
+    b = M._BUCKETS
+    yield "uniform", rng.random(5000), rng.random(5000) < 0.6
+    # concentrated in a handful of buckets near 1, with many exact 1.0
+    conf = np.concatenate([1 - rng.random(4000) * 3e-5, np.ones(3000), rng.random(300)])
+    yield "near one", conf, rng.random(conf.size) < 0.9
+    # values exactly on bucket boundaries j / 2**16, heavily tied
+    conf = rng.integers(b // 2, b + 1, 6000) / b
+    yield "bucket boundaries", conf, rng.random(6000) < 0.5
+    # a tied run straddling every part boundary, and midpoints that land in empty buckets
+    conf = np.repeat([0.1, 0.1 + 3 / b, 0.5, 0.75, 1.0], [1000, 1, 2000, 7, 1500])
+    yield "runs", conf, rng.random(conf.size) < 0.3
+    yield "all one", np.ones(100), rng.random(100) < 0.5
+    yield "single", np.array([0.3]), np.array([1.0])
+    yield "fewer than bins", np.array([0.2, 0.9, 0.2, 0.6]), np.array([0.0, 1.0, 1.0, 0.0])
+
+
+@pytest.mark.parametrize("case", [c[0] for c in _bucketed_cases()])
+@pytest.mark.parametrize("n_bins", [1, 15, 40])
+def test_bucketed_bins_equal_partition_bins(case, n_bins):
+    _, conf, correct = next(c for c in _bucketed_cases() if c[0] == case)
+    correct = correct.astype(np.float64)
+    order = np.argsort(conf, kind="stable")
+    expected = M._bin_stats(conf[order], correct[order], n_bins)
+    got = M._bin_stats_bucketed(conf, correct, n_bins)
+    np.testing.assert_array_equal(got[0], expected[0])
+    for g, e in zip(got[1:], expected[1:]):
+        np.testing.assert_allclose(g, e, rtol=0, atol=1e-13)
+
+
+def test_ece_of_a_large_array_takes_the_bucketed_path_and_matches_library():
+    rng = np.random.default_rng(23)
+    n = M._BUCKETED_MIN_N + 1001
+    probs, labels = make_probs(rng, n, 10)
+    probs = np.round(probs, 4)  # ties across part boundaries
+    probs[: n // 4] = np.eye(10)[labels[: n // 4]]  # a quarter exactly 1.0
+    check_against_library(probs, labels)
+
+
 def test_brier_and_accuracy():
     rng = np.random.default_rng(9)
     probs, labels = make_probs(rng, 777, 5)
