@@ -146,6 +146,12 @@ def test_provenance_in_cells_run_and_leaderboard_json(five):
         assert cell["spec_hash"] == prov["spec_hash"] and cell["timing"]["fit_s"] >= 0
     timing = _rows(board)["Temp. scale"]["timing"]
     assert timing["cells"] == 5 and timing["fit_s_total"] >= 0 and timing["devices"] == ["cpu"]
+    fit_s = [json.loads(p.read_text())["timing"]["fit_s"]
+             for p in (five / "cells").rglob("seed*.json")
+             if json.loads(p.read_text())["method"] == "Temp. scale"]
+    assert len(fit_s) == 5
+    assert timing["fit_s_total"] == round(sum(fit_s), 6)  # rounded: no float noise in the JSON
+    assert timing["fit_s_mean"] == round(sum(fit_s) / 5, 6)
     # the Markdown carries no date or timing, so a resumed run renders it identically
     md = (five / "leaderboard.md").read_text()
     assert prov["date"][:10] not in md and "fit_s" not in md
