@@ -164,6 +164,15 @@ def _check_scores(scores: Any, n: int | None = None) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- binning
+def _part_starts(n: int, n_bins: int) -> np.ndarray:
+    """Index of the first value of parts ``1 .. m-1`` when ``n >= 1`` sorted values are split
+    into ``m = min(n_bins, n)`` parts as ``np.array_split`` does (the first ``n mod m`` parts
+    hold one value more)."""
+    parts = min(n_bins, n)
+    size, extra = divmod(n, parts)
+    return np.arange(1, parts) * size + np.minimum(np.arange(1, parts), extra)
+
+
 def _equal_mass_edges(sorted_conf: np.ndarray, n_bins: int) -> np.ndarray:
     """Upper bin edges of ``calibration.get_equal_bins`` for ascending confidences (N >= 1).
 
@@ -172,11 +181,7 @@ def _equal_mass_edges(sorted_conf: np.ndarray, n_bins: int) -> np.ndarray:
     last value of a part and the first value of the next; 1.0 closes the last bin; equal
     edges (from ties across a part boundary) are merged.
     """
-    n = sorted_conf.shape[0]
-    parts = min(n_bins, n)
-    size, extra = divmod(n, parts)
-    # Index of the first value of parts 1 .. parts-1.
-    starts = np.arange(1, parts) * size + np.minimum(np.arange(1, parts), extra)
+    starts = _part_starts(sorted_conf.shape[0], n_bins)
     mids = (sorted_conf[starts - 1] + sorted_conf[starts]) / 2.0
     return np.unique(np.append(mids, 1.0))
 
@@ -208,10 +213,7 @@ def _bin_stats_unsorted(
     """:func:`_bin_stats` without sorting: the equal-mass edges only need the order
     statistics at the part boundaries, which ``np.partition`` finds in linear time; then every
     value is placed with ``searchsorted`` over the (at most ``n_bins``) edges."""
-    n = conf.shape[0]
-    parts = min(n_bins, n)
-    size, extra = divmod(n, parts)
-    starts = np.arange(1, parts) * size + np.minimum(np.arange(1, parts), extra)
+    starts = _part_starts(conf.shape[0], n_bins)
     if starts.size:
         ordered = np.partition(conf, np.unique(np.concatenate([starts - 1, starts])))
         mids = (ordered[starts - 1] + ordered[starts]) / 2.0
@@ -257,10 +259,7 @@ def _bin_stats_bucketed(
     set larger); the per-bin sums are added in a different order than the library's, which
     changes the result by float64 rounding only.
     """
-    n = conf.shape[0]
-    parts = min(n_bins, n)
-    size, extra = divmod(n, parts)
-    starts = np.arange(1, parts) * size + np.minimum(np.arange(1, parts), extra)
+    starts = _part_starts(conf.shape[0], n_bins)
     nb = _BUCKETS + 1
     bucket = (conf * _BUCKETS).astype(np.intp)  # conf >= 0: truncation is floor
     count_b = np.bincount(bucket, minlength=nb)
