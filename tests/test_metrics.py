@@ -330,7 +330,7 @@ def _bucketed_cases():
 
 @pytest.mark.parametrize("case", [c[0] for c in _bucketed_cases()])
 @pytest.mark.parametrize("n_bins", [1, 15, 40])
-def test_bucketed_bins_equal_partition_bins(case, n_bins):
+def test_bucketed_bins_equal_sorted_bins(case, n_bins):
     _, conf, correct = next(c for c in _bucketed_cases() if c[0] == case)
     correct = correct.astype(np.float64)
     order = np.argsort(conf, kind="stable")
