@@ -1,4 +1,5 @@
-"""Shared fixtures: an isolated output cache, and the location of the shared real data."""
+"""Shared fixtures: an isolated output cache, the location of the shared real data, and one torch
+thread for tiny forward passes."""
 
 from __future__ import annotations
 
@@ -15,6 +16,19 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Every test gets its own backbone-output cache, never the user's ~/.cache."""
     monkeypatch.setenv("SELBENCH_CACHE_DIR", str(tmp_path_factory.mktemp("selbench-cache")))
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Tiny CPU forward passes: one intra-op thread avoids oversubscribing shared CI cores
+    (two threads contending with other processes made a 6-image ResNet pass take seconds).
+    Modules opt in with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 @pytest.fixture

@@ -38,14 +38,7 @@ from selbench_plugins.datasets.wilds_data import Camelyon17, RxRx1
 CTX = FitContext(seed=0, device="cpu")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny CPU forward passes: one intra-op thread avoids oversubscribing shared CI cores
-    (two threads contending with other processes made a 6-image ResNet pass take seconds)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 LOADER = {"num_workers": 0, "batch_size": 4}
 
 
