@@ -22,6 +22,7 @@ from selbench.api import (
 )
 from selbench.data import DataError, ModelOutputs
 from selbench.hookspecs import hookimpl, hookspec
+from selbench.inputs import InputDir, InputFile
 
 __version__ = "0.1.0"
 
@@ -31,6 +32,8 @@ __all__ = [
     "DataError",
     "Dataset",
     "FitContext",
+    "InputDir",
+    "InputFile",
     "ModelOutputs",
     "NoParams",
     "Params",

@@ -190,7 +190,18 @@ class Recalibrator(abc.ABC):
 
     @abc.abstractmethod
     def confidence(self, outputs: ModelOutputs) -> np.ndarray:
-        """Recalibrated top-label confidence, float64 ``[N]`` in ``[0, 1]``."""
+        """Recalibrated top-label confidence, float64 ``[N]`` in ``[0, 1]``: the confidence
+        of the label :meth:`predict` returns."""
+
+    def predict(self, outputs: ModelOutputs) -> np.ndarray:
+        """The label the recalibrated model predicts, int64 ``[N]``.
+
+        The default keeps the backbone's prediction ``argmax(logits)``. A recalibrator whose
+        recalibrated probabilities can change the top label (binary Platt scaling, as the
+        paper's library scores it) overrides this; the core then measures correctness and
+        accuracy against this prediction, and :meth:`confidence` must be its confidence.
+        """
+        return outputs.predictions()
 
     def module(self, outputs: ModelOutputs, context: FitContext) -> torch.nn.Module:
         """A torch module for joint training (see ``selbench_plugins`` for the protocol)."""

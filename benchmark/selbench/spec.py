@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from selbench.api import CoverageLoss, SelectionLoss
+from selbench.inputs import InputSpec, check_exists, declared_inputs, resolve_path
 from selbench.metrics import DEFAULT_BETAS
 from selbench.plugins import PluginError, Registry, format_validation_error, get_registry
 
@@ -154,11 +155,22 @@ class Spec(_Model):
 class ResolvedSpec:
     """A validated spec with every plugin found and every ``params`` validated."""
 
-    def __init__(self, spec: Spec, registry: Registry, raw: dict, source: str | None):
+    def __init__(
+        self,
+        spec: Spec,
+        registry: Registry,
+        raw: dict,
+        source: str | None,
+        base_dir: str | Path | None = None,
+    ):
         self.spec = spec
         self.registry = registry
         self.raw = raw
         self.source = source
+        #: relative input paths resolve against this folder: the spec file's (cwd for dicts)
+        self.base_dir = Path(base_dir) if base_dir is not None else (
+            Path(source).resolve().parent if source is not None else Path.cwd()
+        )
 
     def canonical(self) -> dict:
         """The spec with defaults filled in (plugin params included), JSON-ready."""
@@ -176,11 +188,27 @@ class ResolvedSpec:
         return data
 
     def params(self, kind: str, comp: Component) -> dict:
+        """Validated params with defaults filled in and declared input paths resolved
+        against :attr:`base_dir` (see :mod:`selbench.inputs`)."""
         reg = self.registry.get(kind, comp.name)
-        return reg.validate_params(comp.params).model_dump(mode="json")
+        params = reg.validate_params(comp.params).model_dump(mode="json")
+        for field, _ in declared_inputs(reg.plugin.params).items():
+            if isinstance(params.get(field), str):
+                params[field] = resolve_path(params[field], self.base_dir)
+        return params
+
+    def inputs(self, kind: str, comp: Component) -> dict[str, tuple[str, InputSpec]]:
+        """Parameter -> (resolved path, declaration) for every input ``comp`` names."""
+        reg = self.registry.get(kind, comp.name)
+        params = self.params(kind, comp)
+        return {
+            field: (params[field], spec)
+            for field, spec in declared_inputs(reg.plugin.params).items()
+            if isinstance(params.get(field), str)
+        }
 
     def build(self, kind: str, comp: Component) -> Any:
-        return self.registry.get(kind, comp.name).build(comp.params)
+        return self.registry.get(kind, comp.name).build(self.params(kind, comp))
 
     def hash(self) -> str:
         return content_hash(self.canonical())
@@ -340,7 +368,21 @@ def load_spec(
                         )
     if errors:
         raise SpecError(errors, label)
-    return ResolvedSpec(spec, registry, raw, label)
+    resolved = ResolvedSpec(spec, registry, raw, label)
+    for e_i, exp in enumerate(spec.experiments):
+        base = f"experiments[{e_i}]"
+        comps = [("dataset", "dataset", exp.dataset), ("backbone", "backbone", exp.backbone)]
+        for m_i, m in enumerate(exp.methods):
+            comps += [(kind, f"methods[{m_i}].{field}", getattr(m, field))
+                      for kind, field in _METHOD_FIELDS if getattr(m, field) is not None]
+        for kind, where, comp in comps:
+            for pname, (path, ispec) in resolved.inputs(kind, comp).items():
+                problem = check_exists(path, ispec)
+                if problem is not None and (ispec.must_exist or Path(path).exists()):
+                    errors.append(f"{base}.{where}.params.{pname}: {problem}")
+    if errors:
+        raise SpecError(sorted(set(errors), key=errors.index), label)
+    return resolved
 
 
 def _check(registry: Registry, kind: str, comp: Component, path: str, errors: list[str]):
