@@ -192,7 +192,8 @@ def test_real_outputs_selective_metrics_match_library(real_outputs):
     scores = conf  # confidence-based rejection
     res = M.selective_metrics(scores, conf, correct)
     for j, beta in enumerate(M.DEFAULT_BETAS[::5]):  # 0.5, 0.75, 1.0
-        keep = scores >= np.quantile(scores, 1 - beta)
+        keep = M.accept_mask(scores, beta)
+        assert keep.sum() == math.ceil(round(beta * len(scores), 9))
         assert res["ece1"][5 * j] == pytest.approx(
             lib_ece(probs[keep], labels[keep], 1), abs=1e-12, rel=0
         )
@@ -377,16 +378,19 @@ def test_default_betas_and_metrics_table():
 
 
 # --------------------------------------------------------------------------- thresholds
-def test_thresholds_quantile_and_ties():
+def test_thresholds_exact_counts_and_ties():
     scores = np.array([0.2, 0.5, 0.1, 0.2, 0.2])
     tau, guaranteed = M.thresholds(scores, [0.5, 1.0, 0.2])
     assert guaranteed is None
-    # sorted 0.1 0.2 0.2 0.2 0.5, n = 5, linear quantile index (n-1) q:
-    # beta 0.5 -> q 0.5 -> index 2 -> 0.2 (accepts all three 0.2s: coverage 0.8 > 0.5)
-    # beta 1.0 -> q 0 -> 0.1;  beta 0.2 -> q 0.8 -> index 3.2 -> 0.2 + 0.2 * 0.3 = 0.26
-    np.testing.assert_allclose(tau, [0.2, 0.1, 0.26], rtol=0, atol=1e-15)
+    # sorted 0.1 0.2 0.2 0.2 0.5, n = 5, k = ceil(beta n):
+    # beta 0.5 -> k 3 -> tau 0.2 (two of the three 0.2s are accepted: coverage 0.6, not 0.8)
+    # beta 1.0 -> k 5 -> 0.1;  beta 0.2 -> k 1 -> 0.5
+    np.testing.assert_array_equal(tau, [0.2, 0.1, 0.5])
     res = M.selective_metrics(scores, np.full(5, 0.5), np.ones(5), [0.5, 1.0, 0.2])
-    np.testing.assert_array_equal(res["coverage"], [0.8, 1.0, 0.2])
+    np.testing.assert_array_equal(res["coverage"], [0.6, 1.0, 0.2])
+    mask = M.accept_mask(scores, 0.5)
+    assert mask.sum() == 3 and mask[1] and (scores[mask] >= 0.2).all()
+    assert (scores >= tau[0]).sum() == 4  # scores >= tau over-covers where scores tie
     np.testing.assert_array_equal(res["threshold"], tau)
     assert "guaranteed_coverage" not in res
     with pytest.raises(ValueError, match=r"betas must lie in \(0, 1\]"):
@@ -408,13 +412,14 @@ def test_thresholds_hoeffding_margin():
     # beta 0.9: need >= 1.0224 > 1 -> accept all, tau = 0, guaranteed 1 - eps < 0.9
     np.testing.assert_array_equal(tau, [37.0, 7.0, 0.0])
     np.testing.assert_allclose(guaranteed, [0.63 - eps, 0.93 - eps, 1.0 - eps], atol=1e-8)
-    # Ties at the threshold raise the achieved (and guaranteed) coverage.
+    # Ties at the threshold no longer raise the achieved (and guaranteed) coverage.
     tied = np.repeat([0.0, 1.0, 2.0], [30, 40, 30])
     tau, guaranteed = M.thresholds(tied, [0.5], delta=0.1)
-    # need >= 0.6224, i.e. 63 accepted: score 2 accepts 30, score 1 accepts 70 -> tau = 1,
-    # achieved coverage 0.70, guaranteed 0.70 - eps
+    # need >= 0.6224, i.e. 63 accepted: the 30 at score 2 and 33 of the 40 at score 1 ->
+    # tau = 1, achieved coverage 0.63 (not 0.70), guaranteed 0.63 - eps
     np.testing.assert_array_equal(tau, [1.0])
-    np.testing.assert_allclose(guaranteed, [0.7 - eps], atol=1e-8)
+    np.testing.assert_allclose(guaranteed, [0.63 - eps], atol=1e-8)
+    assert M.accept_mask(tied, 0.5, delta=0.1).sum() == 63
     res = M.selective_metrics(scores, np.full(100, 0.7), np.ones(100), [0.5, 0.8], delta=0.1)
     np.testing.assert_allclose(res["guaranteed_coverage"], [0.63 - eps, 0.93 - eps], atol=1e-8)
     np.testing.assert_array_equal(res["coverage"], [0.63, 0.93])
@@ -423,14 +428,11 @@ def test_thresholds_hoeffding_margin():
 
 
 # --------------------------------------------------------------------------- selective
-def naive_selective(scores, conf, correct, betas, n_bins=15, delta=None):
+def naive_selective(scores, conf, correct, betas, n_bins=15, delta=None, seed=0):
     out = {k: [] for k in ("ece1", "ece2", "brier", "accuracy", "coverage", "threshold")}
-    if delta is None:
-        taus = [np.quantile(scores, 1 - b) for b in betas]
-    else:
-        taus = M.thresholds(scores, betas, delta=delta)[0]
-    for tau in taus:
-        keep = scores >= tau
+    for beta in betas:
+        keep = M.accept_mask(scores, beta, delta=delta, seed=seed)
+        tau = scores[keep].min()
         out["ece1"].append(M.ece(conf[keep], correct[keep], p=1, n_bins=n_bins))
         out["ece2"].append(M.ece(conf[keep], correct[keep], p=2, n_bins=n_bins))
         out["brier"].append(M.brier(conf[keep], correct[keep]))
@@ -441,23 +443,29 @@ def naive_selective(scores, conf, correct, betas, n_bins=15, delta=None):
 
 
 @pytest.mark.parametrize(
-    "n, n_bins, delta", [(3, 15, None), (40, 15, None), (1003, 15, None), (2500, 10, 0.05)]
+    "n, n_bins, delta, seed",
+    [(3, 15, None, 0), (40, 15, None, 1), (1003, 15, None, 0), (2500, 10, 0.05, 7)],
 )
-def test_selective_metrics_equal_naive_loop(n, n_bins, delta):
+def test_selective_metrics_equal_naive_loop(n, n_bins, delta, seed):
     rng = np.random.default_rng(n)
     conf = np.round(rng.uniform(0.3, 1.0, n), 2)  # ties in the confidences
     correct = (rng.random(n) < conf).astype(np.float64)
     scores = np.round(rng.normal(size=n), 1)  # ties in the scores
     betas = M.DEFAULT_BETAS if delta is None else np.array([0.5, 0.7, 0.85])
-    got = M.selective_metrics(scores, conf, correct, betas, n_bins=n_bins, delta=delta)
-    want = naive_selective(scores, conf, correct, betas, n_bins, delta)
+    got = M.selective_metrics(scores, conf, correct, betas, n_bins=n_bins, delta=delta, seed=seed)
+    want = naive_selective(scores, conf, correct, betas, n_bins, delta, seed)
     for key, value in want.items():
-        np.testing.assert_allclose(got[key], value, rtol=1e-13, atol=1e-15, err_msg=key)
+        np.testing.assert_array_equal(got[key], value, err_msg=key)  # to the last bit
+    np.testing.assert_array_equal(got["threshold"], M.thresholds(scores, betas, delta=delta)[0])
+    k = M.accepted_counts(n, betas, delta=delta)[0]
+    np.testing.assert_array_equal(got["coverage"], k / n)
     if delta is not None:
         assert (got["guaranteed_coverage"] >= betas).all()
+    else:
+        np.testing.assert_array_equal(k, np.ceil(np.round(betas * n, 9)))
     # and the library agrees on every subset
-    for tau, e1 in zip(got["threshold"], got["ece1"]):
-        keep = scores >= tau
+    for beta, e1 in zip(betas, got["ece1"]):
+        keep = M.accept_mask(scores, beta, delta=delta, seed=seed)
         assert e1 == pytest.approx(
             lib_ece(conf[keep], correct[keep].astype(np.int64), 1, num_bins=n_bins),
             abs=1e-12,

@@ -26,11 +26,32 @@ produced the paper's numbers:
   takes ``|mean confidence - accuracy|``;
 * with fewer than ``m`` examples the library uses ``N`` bins.
 
-**Selective metrics.** For a coverage level ``beta`` the accepted examples are those whose
-selector score is at least ``tau = np.quantile(scores, 1 - beta)`` (paper Sec. 4.4);
-:func:`selective_metrics` computes every metric on the accepted examples for every ``beta`` at
-once, and :func:`auc` summarises a metric-vs-beta curve as in the paper's Sec. 5.2 (AUC over
-``beta = 0.5, 0.55, ..., 1.0``, :data:`DEFAULT_BETAS`).
+**Selection (exact coverage).** One rule, used by every part of selbench that turns selector
+scores into decisions (:func:`accept_mask`, :func:`selective_metrics`, the plots, the
+``recalibration`` scheme's ``fit_on: accepted``): at coverage ``beta`` over ``n`` scores exactly
+``k`` examples are accepted, the ``k`` highest scores, where
+
+* ``k = ceil(beta * n)`` with ``beta`` read to a precision of ``1e-12``: ``k`` is the smallest
+  integer with ``k >= n * (beta - 1e-12)``, clipped to ``[1, n]`` (:func:`accepted_counts`).
+  Floating-point noise in ``beta`` (``0.55 * 100 == 55.00000000000001``) therefore cannot add
+  an example: ``beta = 0.55, n = 100`` gives 55, ``beta = 0.8, n = 10`` gives 8, ``beta = 1``
+  gives ``n``. With a Hoeffding guarantee (``delta``) ``k`` is instead the smallest count with
+  ``k / n - eps >= beta`` (see :func:`accepted_counts`).
+* ties among equal scores are broken by a seeded random permutation (:func:`selection_order`):
+  ``pi = np.random.default_rng([seed, 0x71E5]).permutation(n)``, and among examples with equal
+  scores the one that comes first in ``pi`` is accepted first. The order of all ``n`` examples
+  is fixed once, so for a given seed the acceptance sets are deterministic and nested across
+  ``beta`` (a larger ``beta`` accepts a superset), and the achieved coverage is exactly
+  ``k / n`` even for binary or otherwise tied scores.
+
+This replaces the paper's threshold rule ``scores >= np.quantile(scores, 1 - beta)`` (Sec. 4.4),
+which accepts every example tied at the threshold: a selector with discrete scores (an oracle
+scoring 0/1, Isolation Forest's tied scores) then over-covers, up to accepting everything.
+:func:`thresholds` still reports the score ``tau`` of the ``k``-th accepted example.
+
+**Selective metrics.** :func:`selective_metrics` computes every metric on the accepted examples
+for every ``beta`` at once, and :func:`auc` summarises a metric-vs-beta curve as in the paper's
+Sec. 5.2 (AUC over ``beta = 0.5, 0.55, ..., 1.0``, :data:`DEFAULT_BETAS`).
 """
 
 from __future__ import annotations
@@ -47,11 +68,14 @@ __all__ = [
     "DEFAULT_BETAS",
     "METRICS",
     "MetricInfo",
+    "accept_mask",
+    "accepted_counts",
     "accuracy",
     "auc",
     "brier",
     "ece",
     "ece_sorted",
+    "selection_order",
     "selective_metrics",
     "thresholds",
     "top_label",
@@ -515,48 +539,55 @@ def _accuracy(corr: np.ndarray) -> float:
 
 
 # --------------------------------------------------------------------------- selection
-def thresholds(
-    scores: Any, betas: Any = DEFAULT_BETAS, *, delta: float | None = None
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Selection threshold ``tau`` for each target coverage ``beta``; accept ``scores >= tau``.
+#: Second entry of the seed of the tie-breaking permutation of :func:`selection_order`,
+#: ``np.random.default_rng([seed, _TIE_BREAK_STREAM])`` (a stream of its own: it does not
+#: coincide with the runner's or a plugin's use of the same seed).
+_TIE_BREAK_STREAM = 0x71E5
+#: Precision to which a coverage level ``beta`` is read by :func:`accepted_counts`: ``k`` is
+#: the smallest integer with ``k >= n * (beta - _BETA_TOL)``, so floating-point noise in
+#: ``beta`` (about 1e-16) never adds an example.
+_BETA_TOL = 1e-12
 
-    Without ``delta``: ``tau = np.quantile(scores, 1 - beta)`` (numpy's default, linearly
-    interpolated quantile), as in the paper's Sec. 4.4. All scores tied at ``tau`` are
-    accepted, so the achieved coverage ``mean(scores >= tau)`` can exceed ``beta`` where scores
-    tie; where ``tau`` falls between two distinct scores it can also fall short of ``beta``,
-    by less than ``1/n``. :func:`selective_metrics` reports the achieved coverage.
 
-    With ``delta`` (Hoeffding bound, paper Sec. 4.4): the true coverage on the distribution the
-    ``n`` scores were drawn from lies within ``eps = sqrt(log(2 / delta) / (2 n))`` of the
-    empirical coverage with probability at least ``1 - delta``. ``tau`` is lowered until
-    ``empirical coverage - eps >= beta``: it is the largest score whose acceptance fraction
-    ``mean(scores >= tau)`` is at least ``beta + eps``. If ``beta + eps > 1`` the guarantee
-    cannot be met with ``n`` examples: everything is accepted (``tau = min(scores)``), the
-    returned guaranteed coverage ``1 - eps`` is below ``beta``, and a ``RuntimeWarning`` names
-    those betas.
+def _check_seed(seed: Any) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer; got {seed!r}")
+    return int(seed)
 
-    Args:
-        scores: selector scores ``[n]``, finite, higher = accept first; ``n >= 1``.
-        betas: target coverages in (0, 1] (default :data:`DEFAULT_BETAS`).
-        delta: failure probability in (0, 1] for the high-probability version, or ``None``.
 
-    Returns:
-        ``(tau, guaranteed)``: float64 arrays over ``betas``. ``guaranteed`` is the achieved
-        empirical coverage minus ``eps`` (the coverage guaranteed with probability
-        ``1 - delta``), or ``None`` when ``delta`` is ``None``. One sort of the scores serves
-        every ``beta``.
-    """
-    s = np.sort(_check_scores(scores))
-    b = _check_betas(betas)
-    n = s.shape[0]
-    if n == 0:
-        raise ValueError("scores must hold at least one value to choose a threshold")
-    if delta is None:
-        return np.quantile(s, 1.0 - b), None
+def _check_delta(delta: Any) -> float:
     if isinstance(delta, bool) or not isinstance(delta, (int, float, np.integer, np.floating)):
         raise ValueError(f"delta must be a number in (0, 1]; got {delta!r}")
     if not (0.0 < delta <= 1.0):
         raise ValueError(f"delta must lie in (0, 1]; got {delta!r}")
+    return float(delta)
+
+
+def _check_n(n: Any) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise ValueError(f"n must be an integer; got {n!r}")
+    if n < 1:
+        raise ValueError(
+            f"scores must hold at least one value to choose a threshold (n = {n})"
+        )
+    return int(n)
+
+
+def _order(sc: np.ndarray, seed: int) -> np.ndarray:
+    """:func:`selection_order` on validated scores."""
+    pi = np.random.default_rng([seed, _TIE_BREAK_STREAM]).permutation(sc.shape[0])
+    # a stable sort of the scores in the order pi: equal scores keep their order in pi
+    return pi[np.argsort(-sc[pi], kind="stable")].astype(np.int64, copy=False)
+
+
+def _counts(
+    n: int, b: np.ndarray, delta: Any, stacklevel: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`accepted_counts` on a validated ``n`` and ``betas``."""
+    if delta is None:
+        k = np.ceil(n * (b - _BETA_TOL)).astype(np.int64)
+        return np.clip(k, 1, n), None
+    delta = _check_delta(delta)
     eps = math.sqrt(math.log(2.0 / delta) / (2.0 * n))
     # k = smallest number of accepted examples with k/n - eps >= beta (exact integer search
     # around the float estimate, so floating-point rounding cannot pick the wrong k).
@@ -565,18 +596,128 @@ def thresholds(
     k = np.where(k / n - eps < b, k + 1, k)
     infeasible = k > n
     k = np.clip(k, 1, n)
-    tau = s[n - k]
-    accepted = n - np.searchsorted(s, tau, side="left")
-    guaranteed = accepted / n - eps
     if infeasible.any():
         warnings.warn(
             f"coverage cannot be guaranteed at beta = {b[infeasible].tolist()} with "
             f"n = {n} scores and delta = {delta} (eps = {eps:.4g}): accepting everything, "
             f"guaranteed coverage {1.0 - eps:.4g}",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=stacklevel + 1,
         )
-    return tau, guaranteed
+    return k, k / n - eps
+
+
+def selection_order(scores: Any, *, seed: int = 0) -> np.ndarray:
+    """The order in which examples are accepted: best (highest score) first.
+
+    Ties among equal scores are broken by a seeded random permutation
+    ``pi = np.random.default_rng([seed, 0x71E5]).permutation(n)``: among examples with equal
+    scores, the one that comes first in ``pi`` comes first (equivalently, the position in
+    ``pi`` is the secondary sort key). At coverage ``beta`` the core accepts the first
+    ``k`` examples of this order (:func:`accepted_counts`), so acceptance sets are
+    deterministic for a given seed and nested across ``beta``; other seeds break ties
+    differently (scores without ties give the same order for every seed).
+
+    Args:
+        scores: selector scores ``[n]``, finite, higher = accept first (``n`` may be 0).
+        seed: non-negative integer seed of the tie-break (the runner passes the cell's seed).
+
+    Returns:
+        int64 permutation of ``range(n)``.
+    """
+    return _order(_check_scores(scores), _check_seed(seed))
+
+
+def accepted_counts(
+    n: int, betas: Any = DEFAULT_BETAS, *, delta: float | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """How many of ``n`` examples are accepted at each coverage level ``beta``.
+
+    Without ``delta``: ``k = ceil(beta * n)``, with ``beta`` read to a precision of
+    ``1e-12``, i.e. ``k`` is the smallest integer with ``k >= n * (beta - 1e-12)``, clipped
+    to ``[1, n]``. Floating-point noise in ``beta`` therefore cannot add an example
+    (``0.55 * 100`` is ``55.00000000000001`` in floating point, yet ``beta = 0.55, n = 100``
+    gives 55; ``beta = 0.8, n = 10`` gives 8; ``beta = 1`` gives ``n``), and the achieved
+    coverage ``k / n`` is the smallest multiple of ``1 / n`` that is at least ``beta``: it
+    exceeds ``beta`` by less than ``1 / n``.
+
+    With ``delta`` (Hoeffding bound, paper Sec. 4.4): the true coverage on the distribution
+    the ``n`` scores were drawn from lies within ``eps = sqrt(log(2 / delta) / (2 n))`` of the
+    empirical coverage ``k / n`` with probability at least ``1 - delta``, so ``k`` is the
+    smallest count with ``k / n - eps >= beta``. If ``beta + eps > 1`` no count meets the
+    guarantee: ``k = n`` (everything is accepted), its guaranteed coverage ``1 - eps`` is below
+    ``beta``, and a ``RuntimeWarning`` names those betas.
+
+    Args:
+        n: number of scores, ``n >= 1``.
+        betas: target coverages in (0, 1] (default :data:`DEFAULT_BETAS`).
+        delta: failure probability in (0, 1] for the high-probability version, or ``None``.
+
+    Returns:
+        ``(k, guaranteed)``: int64 counts over ``betas``, and with ``delta`` the float64
+        guaranteed coverage ``k / n - eps`` (else ``None``).
+    """
+    return _counts(_check_n(n), _check_betas(betas), delta, stacklevel=2)
+
+
+def accept_mask(
+    scores: Any, beta: float, *, delta: float | None = None, seed: int = 0
+) -> np.ndarray:
+    """Boolean mask of the accepted examples at coverage ``beta``: exactly ``k`` are True.
+
+    ``k`` is :func:`accepted_counts` (``ceil(beta * n)``, or the Hoeffding count with
+    ``delta``); the accepted examples are the first ``k`` of :func:`selection_order` (the
+    ``k`` highest scores, ties broken by the permutation seeded with ``seed``). This is the
+    rule :func:`selective_metrics` measures and the ``recalibration`` scheme fits on.
+
+    Args:
+        scores: selector scores ``[n]``, finite, ``n >= 1``.
+        beta: target coverage in (0, 1].
+        delta: Hoeffding failure probability in (0, 1], or ``None``.
+        seed: non-negative integer seed of the tie-break.
+    """
+    sc = _check_scores(scores)
+    if np.ndim(beta) != 0:
+        raise ValueError(f"beta must be a single coverage level; got {beta!r}")
+    b = _check_betas([beta])
+    seed = _check_seed(seed)
+    n = _check_n(sc.shape[0])
+    k, _ = _counts(n, b, delta, stacklevel=2)
+    mask = np.zeros(n, dtype=bool)
+    mask[_order(sc, seed)[: int(k[0])]] = True
+    return mask
+
+
+def thresholds(
+    scores: Any, betas: Any = DEFAULT_BETAS, *, delta: float | None = None, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Score ``tau`` of the last accepted example at each coverage ``beta``.
+
+    The core accepts exactly ``k`` examples (:func:`accepted_counts`; with ``delta`` the
+    Hoeffding count), the first ``k`` of :func:`selection_order`; ``tau`` is the ``k``-th
+    highest score, i.e. the lowest accepted score. It is bookkeeping only: the core selects by
+    the order, not by ``tau``. Where scores tie at ``tau``, ``scores >= tau`` accepts more than
+    ``k`` examples (all those tied at ``tau``), while the core accepts only as many of them
+    as are needed to reach ``k``, chosen by the seeded tie-break. ``tau`` itself does not
+    depend on ``seed`` (accepted, and validated, for a uniform signature).
+
+    Args:
+        scores: selector scores ``[n]``, finite, higher = accept first; ``n >= 1``.
+        betas: target coverages in (0, 1] (default :data:`DEFAULT_BETAS`).
+        delta: failure probability in (0, 1] for the high-probability version, or ``None``.
+        seed: non-negative integer seed of the tie-break.
+
+    Returns:
+        ``(tau, guaranteed)``: float64 arrays over ``betas``. ``guaranteed`` is ``k / n - eps``
+        (the coverage guaranteed with probability ``1 - delta``, see :func:`accepted_counts`),
+        or ``None`` when ``delta`` is ``None``. One sort of the scores serves every ``beta``.
+    """
+    sc = _check_scores(scores)
+    b = _check_betas(betas)
+    _check_seed(seed)
+    n = _check_n(sc.shape[0])
+    k, guaranteed = _counts(n, b, delta, stacklevel=2)
+    return np.sort(sc)[n - k], guaranteed
 
 
 def selective_metrics(
@@ -587,15 +728,18 @@ def selective_metrics(
     *,
     n_bins: int = 15,
     delta: float | None = None,
+    seed: int = 0,
 ) -> dict[str, np.ndarray]:
     """Every metric on the accepted examples, for each coverage level ``beta``.
 
-    For each ``beta``, ``tau`` comes from :func:`thresholds` (``delta`` is passed on), the
-    accepted examples are ``scores >= tau``, and on them we compute :func:`ece` with ``p=1``
-    and ``p=2`` (plug-in, ``n_bins`` bins), :func:`brier` and :func:`accuracy`. The result is
-    identical, to the last bit, to masking and calling those functions once per ``beta``, but
-    sorts the scores once and the confidences once for all betas: the accepted examples in
-    confidence order are a boolean mask over the pre-sorted confidences.
+    For each ``beta`` exactly ``k`` examples are accepted (:func:`accepted_counts`, ``delta``
+    passed on): the first ``k`` of :func:`selection_order` with ``seed``, i.e. the mask
+    :func:`accept_mask` gives. On them we compute :func:`ece` with ``p=1`` and ``p=2``
+    (plug-in, ``n_bins`` bins), :func:`brier` and :func:`accuracy`. The result is identical, to
+    the last bit, to masking with :func:`accept_mask` and calling those functions once per
+    ``beta``, but computes the selection order once and sorts the confidences once for all
+    betas: the accepted examples in confidence order are a boolean mask over the pre-sorted
+    confidences.
 
     Args:
         scores: selector scores ``[N]`` (higher = accept first), finite.
@@ -603,37 +747,42 @@ def selective_metrics(
         correct: 0/1 correctness ``[N]``.
         betas: target coverages in (0, 1] (default :data:`DEFAULT_BETAS`).
         n_bins: equal-mass bins for the ECE (the paper: 15).
-        delta: Hoeffding failure probability, or ``None`` (see :func:`thresholds`).
+        delta: Hoeffding failure probability, or ``None`` (see :func:`accepted_counts`).
+        seed: non-negative integer seed of the tie-break (see :func:`selection_order`).
 
     Returns:
         float64 arrays over ``betas`` under the keys ``ece1``, ``ece2``, ``brier``,
-        ``accuracy``, ``coverage`` (achieved: fraction accepted), ``threshold`` (``tau``) and,
-        when ``delta`` is given, ``guaranteed_coverage``.
+        ``accuracy``, ``coverage`` (achieved: exactly ``k / N``), ``threshold`` (``tau``, the
+        lowest accepted score, see :func:`thresholds`) and, when ``delta`` is given,
+        ``guaranteed_coverage`` (``k / N - eps``).
     """
     n_bins = _check_n_bins(n_bins)
     conf = _check_confidence(confidence)
     corr = _check_correct(correct, conf.shape[0])
     sc = _check_scores(scores, conf.shape[0])
-    tau, guaranteed = thresholds(sc, betas, delta=delta)
-    n = conf.shape[0]
-    order = np.argsort(conf, kind="stable")
-    conf_sorted, corr_sorted = conf[order], corr[order]
-    accept_sorted_scores = sc[order]  # scores in confidence order: masks come out sorted
-    out = {key: np.empty(tau.shape[0]) for key in ("ece1", "ece2", "brier", "accuracy", "coverage")}
-    for j, t in enumerate(tau):
-        accept = sc >= t
-        accept_sorted = accept_sorted_scores >= t
-        sub_conf, sub_corr = conf_sorted[accept_sorted], corr_sorted[accept_sorted]
-        if sub_conf.shape[0]:
-            counts, conf_mean, acc_mean = _bin_stats(sub_conf, sub_corr, n_bins)
-            out["ece1"][j] = _plugin_ce(counts, conf_mean, acc_mean, 1.0)
-            out["ece2"][j] = _plugin_ce(counts, conf_mean, acc_mean, 2.0)
-        else:  # pragma: no cover - tau never exceeds max(scores)
-            out["ece1"][j] = out["ece2"][j] = np.nan
+    b = _check_betas(betas)
+    seed = _check_seed(seed)
+    n = _check_n(conf.shape[0])
+    k, guaranteed = _counts(n, b, delta, stacklevel=2)
+    order = _order(sc, seed)
+    rank = np.empty(n, dtype=np.int64)  # rank[i]: position of example i in the order
+    rank[order] = np.arange(n)
+    by_conf = np.argsort(conf, kind="stable")
+    conf_sorted, corr_sorted = conf[by_conf], corr[by_conf]
+    rank_sorted = rank[by_conf]  # ranks in confidence order: masks come out sorted
+    out = {key: np.empty(b.shape[0]) for key in ("ece1", "ece2", "brier", "accuracy", "coverage")}
+    for j, kj in enumerate(k):
+        accept = rank < kj
+        accept_sorted = rank_sorted < kj
+        counts, conf_mean, acc_mean = _bin_stats(
+            conf_sorted[accept_sorted], corr_sorted[accept_sorted], n_bins
+        )  # kj >= 1: never empty
+        out["ece1"][j] = _plugin_ce(counts, conf_mean, acc_mean, 1.0)
+        out["ece2"][j] = _plugin_ce(counts, conf_mean, acc_mean, 2.0)
         out["brier"][j] = _brier(conf[accept], corr[accept])
         out["accuracy"][j] = _accuracy(corr[accept])
-        out["coverage"][j] = accept.sum() / n
-    out["threshold"] = np.asarray(tau, dtype=np.float64)
+        out["coverage"][j] = kj / n
+    out["threshold"] = sc[order[k - 1]]
     if guaranteed is not None:
         out["guaranteed_coverage"] = guaranteed
     return out

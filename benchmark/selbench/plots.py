@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from selbench.leaderboard import ResultSet, load_results, tables_from
-from selbench.metrics import _bin_stats, _plugin_ce, thresholds
+from selbench.metrics import _bin_stats, _plugin_ce, accept_mask
 from selbench.store import atomic_path
 
 __all__ = [
@@ -106,11 +106,16 @@ def reliability_bins(confidence: Any, correct: Any, n_bins: int = N_BINS) -> Rel
     return ReliabilityBins(counts[keep], conf_mean[keep], acc_mean[keep], ece1)
 
 
-def accepted_mask(score: Any, beta: float, delta: float | None = None) -> np.ndarray:
-    """``score >= tau`` for the threshold of coverage ``beta`` (as the runner selects)."""
-    sc = np.asarray(score, dtype=np.float64)
-    tau, _ = thresholds(sc, [beta], delta=delta)
-    return sc >= tau[0]
+def accepted_mask(
+    score: Any, beta: float, delta: float | None = None, *, seed: int = 0
+) -> np.ndarray:
+    """The examples accepted at coverage ``beta``, as the runner selects them.
+
+    :func:`selbench.metrics.accept_mask`: exactly ``ceil(beta * n)`` examples (the Hoeffding
+    count with ``delta``), the highest scores, ties broken by the permutation seeded with
+    ``seed`` (pass the cell's seed to match its metrics).
+    """
+    return accept_mask(np.asarray(score, dtype=np.float64), beta, delta=delta, seed=seed)
 
 
 def plot_beta(experiment: dict, override: float | None = None) -> float:

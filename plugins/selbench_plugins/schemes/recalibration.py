@@ -9,6 +9,7 @@ import numpy as np
 from pydantic import Field
 from selbench.api import FitContext, FitJob, Params, Scheme
 from selbench.data import ModelOutputs
+from selbench.metrics import accept_mask
 
 from selbench_plugins.recalibrators._common import check_outputs
 
@@ -33,10 +34,14 @@ class RecalibrationScheme(Scheme):
     paper. With selector ``none`` this is plain recalibration (β = 1).
 
     ``fit_on='accepted'``: the selector is first fitted on the uncalibrated confidence; the
-    fitting examples whose score is at least the (1 - β) quantile of the scores
-    (β = ``context.beta``) are kept and h is fitted on those only (e.g. an oracle that
-    rejects an outlier component, then fits T on the rest); the selector is then refitted
-    on the recalibrated confidence. Learned state: ``kept_`` (indices h was fitted on).
+    fitting examples it accepts at coverage β = ``context.beta`` are kept and h is fitted on
+    those only (e.g. an oracle that rejects an outlier component, then fits T on the rest);
+    the selector is then refitted on the recalibrated confidence. The kept examples follow
+    the core's selection rule, :func:`selbench.metrics.accept_mask` with
+    ``seed=context.seed``: exactly ``ceil(β n)`` of the ``n`` fitting examples, the highest
+    scores, ties broken by a seeded permutation — so a selector with tied scores (a 0/1
+    oracle) keeps ``ceil(β n)`` rows rather than every row tied at the threshold. Learned
+    state: ``kept_`` (sorted indices h was fitted on).
 
     A trainable selector (``mlp``) is an error: the selection, sequential and joint
     schemes train it. ``loss`` and ``coverage`` are not used.
@@ -81,8 +86,7 @@ class RecalibrationScheme(Scheme):
             raw = outputs.confidence()
             selector.fit(outputs, raw, context)
             score = np.asarray(selector.score(outputs, raw), dtype=np.float64)
-            threshold = np.quantile(score, 1.0 - float(context.beta))
-            keep = np.flatnonzero(score >= threshold)
+            keep = np.flatnonzero(accept_mask(score, float(context.beta), seed=context.seed))
             recalibrator.fit(outputs.subset(keep), context)
         selector.fit(outputs, recalibrator.confidence(outputs), context)
         self.kept_ = keep

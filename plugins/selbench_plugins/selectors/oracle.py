@@ -27,9 +27,11 @@ class OracleDomain(Selector):
     """Oracle selector: score 1 unless the example's domain is in ``reject_domains`` (then 0).
 
     Needs ``outputs.domain``; the confidence is ignored (it may be ``None``). ``fit`` only
-    records ``accepted_fraction_``, the share of the fitting data it accepts. Scores are binary, so at a coverage
-    above the fraction of accepted domains every example is accepted, and below it the core's
-    quantile threshold accepts exactly the non-rejected domains.
+    records ``accepted_fraction_``, the share of the fitting data it accepts. Scores are binary
+    (ties everywhere): the core accepts exactly ``ceil(β n)`` examples
+    (:func:`selbench.metrics.accept_mask`), so at a coverage below the fraction of accepted
+    domains it accepts a seeded random subset of the non-rejected domains, and above it all
+    of them plus a seeded random subset of the rejected ones.
     """
 
     trainable = False
