@@ -7,6 +7,7 @@ and Windows. A run killed at any moment leaves either the old file or the new on
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -17,15 +18,27 @@ from typing import Any
 
 from selbench.data import ModelOutputs
 
-__all__ = ["OutputCache", "atomic_path", "atomic_write_json", "atomic_write_text", "default_cache_dir"]
+__all__ = ["CacheError", "OutputCache", "atomic_path", "atomic_write_json", "atomic_write_text", "default_cache_dir"]
 
 CACHE_ENV = "SELBENCH_CACHE_DIR"
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
+
+
+def _file_mode() -> int:
+    """Permissions of a new file under the user's umask (``0o666 & ~umask``), as ``open``
+    would give; ``mkstemp`` alone would give 0600 whatever the umask."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 @contextmanager
 def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; on success move it onto ``path``."""
+    """Yield a temporary path next to ``path``; on success move it onto ``path``.
+
+    The file gets the permissions the user's umask gives. On any error (a full or read-only
+    disk included) the temporary file is removed and ``path`` is left as it was.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix + ".tmp", dir=path.parent)
@@ -33,6 +46,7 @@ def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        os.chmod(tmp_path, _file_mode())
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
@@ -70,38 +84,100 @@ def default_cache_dir() -> Path:
     return Path(base) / "selbench"
 
 
+class CacheError(ValueError):
+    """The cache folder cannot be used; the message names it."""
+
+
 class OutputCache:
-    """Backbone outputs on disk, one ``.npz`` per content key (see :meth:`key`)."""
+    """Backbone outputs on disk: ``outputs/<key>.npz`` and its sidecar ``<key>.json``.
+
+    The sidecar holds the key, what the key was made of, the number of rows and the SHA-256
+    of the ``.npz`` bytes. :meth:`get` verifies all of it: a file that is missing its sidecar,
+    truncated, altered, swapped for another (even a valid one of the same shape), or
+    unreadable is reported on stderr with its path and treated as absent, so the runner
+    recomputes and rewrites it; it is never used.
+    """
 
     def __init__(self, root: str | Path | None = None):
         self.root = Path(root) if root is not None else default_cache_dir()
 
+    def prepare(self) -> None:
+        """Create the cache folder, or say clearly why it cannot be used."""
+        if self.root.exists() and not self.root.is_dir():
+            raise CacheError(f"cache directory {self.root} is a file, not a folder "
+                             f"(set {CACHE_ENV} or --cache-dir to a folder)")
+        try:
+            (self.root / "outputs").mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CacheError(f"cannot create cache directory {self.root}: "
+                             f"{exc.strerror or exc}") from None
+
     @staticmethod
-    def key_material(dataset: dict, backbone: dict, split: str, versions: dict) -> dict:
+    def key_material(dataset: dict, backbone: dict, split: str, code: dict) -> dict:
         """What the key hashes: dataset and backbone ``{name, params}`` (params with their
-        defaults filled in), the split, the providers' versions and the cache format."""
+        defaults filled in, input paths replaced by their content digests), the split, the
+        digests of the dataset's and backbone's code and the cache format."""
         return {
             "format": CACHE_FORMAT,
             "dataset": dataset,
             "backbone": backbone,
             "split": split,
-            "versions": versions,
+            "code": code,
         }
 
     def path(self, key: str) -> Path:
         return self.root / "outputs" / f"{key}.npz"
 
-    def get(self, key: str) -> ModelOutputs | None:
+    def get(self, key: str, warn=None) -> ModelOutputs | None:
+        """The verified outputs of ``key``, or None (absent or unusable; ``warn`` is called
+        with a message naming the file when a file was there but cannot be used)."""
+
         path = self.path(key)
-        if not path.is_file():
+        side = path.with_suffix(".json")
+        if not path.is_file() and not side.is_file():
             return None
-        return ModelOutputs.from_npz(path)
+
+        def bad(why: str) -> None:
+            if warn is not None:
+                warn(f"cached outputs {path} {why}; recomputing them")
+            return None
+
+        try:
+            meta = json.loads(side.read_bytes().decode("utf-8"))
+            if not isinstance(meta, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            return bad(f"have no readable sidecar {side.name} ({exc})")
+        if meta.get("key") != key or not isinstance(meta.get("sha256"), str):
+            return bad(f"do not match their sidecar {side.name}")
+        try:
+            h = hashlib.sha256()
+            with open(path, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    h.update(chunk)
+        except OSError as exc:
+            return bad(f"are unreadable ({exc.strerror or exc})")
+        if h.hexdigest() != meta["sha256"]:
+            return bad("fail their checksum (changed or damaged since they were written)")
+        try:
+            outputs = ModelOutputs.from_npz(path)
+        except Exception as exc:  # a damaged archive raises many kinds of errors
+            return bad(f"are unreadable ({type(exc).__name__}: {exc})")
+        if len(outputs) != meta.get("n"):
+            return bad(f"hold {len(outputs)} rows, their sidecar says {meta.get('n')}")
+        return outputs
 
     def put(self, key: str, outputs: ModelOutputs, material: dict) -> Path:
+
         path = self.path(key)
-        with atomic_path(path, suffix=".npz") as tmp, open(tmp, "wb") as fh:
-            outputs.to_npz(fh)
-        atomic_write_json(path.with_suffix(".json"), {"key": key, **material, "n": len(outputs)})
+        with atomic_path(path, suffix=".npz") as tmp:
+            with open(tmp, "wb") as fh:
+                outputs.to_npz(fh)
+            digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+            # the sidecar lands first: a crash between the two leaves a sidecar whose
+            # checksum the old (or absent) .npz fails, so it is recomputed, never trusted
+            atomic_write_json(path.with_suffix(".json"),
+                              {"key": key, **material, "n": len(outputs), "sha256": digest})
         return path
 
     def workdir(self, key: str) -> Path:
