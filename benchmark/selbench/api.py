@@ -14,6 +14,34 @@ The six kinds and how the runner uses them, for one method and one seed::
     # the core then thresholds `score` at each coverage level and computes the metrics
 
 Plugins never compute metrics and never write result files: the core owns both.
+
+**Capabilities.** Plugins declare, as class attributes, what they need from each other, so
+that ``selbench validate`` (and ``run``, before any computation) rejects a combination that
+cannot run, one line per problem naming the YAML path; the core never branches on a plugin's
+name. Every declaration has a default that checks nothing, so a plugin that declares nothing
+validates as before (a mistake then shows when it runs). The core reads them from the
+plugin's factory when that is a class (a factory function declares nothing):
+
+========================  ===================================================  ===========
+class                     attribute                                            default
+========================  ===================================================  ===========
+:class:`Dataset`          ``input_kind``: what ``SplitData.inputs`` holds      ``None``
+:class:`Backbone`         ``input_kinds``: the input kinds it can read         ``None``
+:class:`Scheme`           ``requires``: ``"loss"`` and/or ``"coverage"``       empty
+:class:`Scheme`           ``selector_must_be_trainable``: True/False/None      ``None``
+:class:`Scheme`           ``recalibrator_must_be_differentiable``              ``False``
+:class:`Scheme`           ``fits_recalibrator``: False = uses h as given       ``True``
+:class:`Scheme`           ``loss_reads_recalibrator_log_probs``                ``False``
+:class:`Selector`         ``trainable``                                        ``False``
+:class:`Recalibrator`     ``differentiable``                                   ``False``
+:class:`Recalibrator`     ``provides_log_probs``: True/False/None              ``None``
+:class:`Recalibrator`     ``usable_unfitted``: True/False/None                 ``None``
+:class:`SelectionLoss`    ``needs_log_probs``                                  ``False``
+========================  ===================================================  ===========
+
+``None`` means "not declared": nothing is checked against it. :data:`INPUT_KINDS` lists the
+input kinds the built-ins use; a third-party dataset may name a new kind for its own
+backbones.
 """
 
 from __future__ import annotations
@@ -38,6 +66,7 @@ __all__ = [
     "Dataset",
     "FitContext",
     "FitJob",
+    "INPUT_KINDS",
     "NoParams",
     "Params",
     "Plugin",
@@ -50,6 +79,17 @@ __all__ = [
 
 Kind = Literal["dataset", "backbone", "selector", "recalibrator", "loss", "scheme"]
 KINDS: tuple[str, ...] = ("dataset", "backbone", "selector", "recalibrator", "loss", "scheme")
+
+
+#: The values of :attr:`Dataset.input_kind` / :attr:`Backbone.input_kinds` used by the
+#: built-in plugins: kind -> what :attr:`SplitData.inputs` then holds. Any other string is
+#: allowed (a third-party dataset and its backbones may agree on their own kind).
+INPUT_KINDS: dict[str, str] = {
+    "model-outputs": "ready-made selbench.ModelOutputs (features, logits, labels)",
+    "image-items": "a torch Dataset of (uint8 [3, H, W] image tensor, int label) items",
+    "image-array": "a float numpy array of images [N, C, H, W]",
+    "vectors": "a float numpy array of feature vectors [N, p]",
+}
 
 
 class Params(BaseModel):
@@ -152,6 +192,11 @@ class Dataset(abc.ABC):
     #: number of classes K
     num_classes: int
 
+    #: What :attr:`SplitData.inputs` holds in every split (a key of :data:`INPUT_KINDS`, or
+    #: a kind of your own); validation rejects a backbone whose :attr:`Backbone.input_kinds`
+    #: does not include it. ``None``: not declared, any backbone is accepted.
+    input_kind: ClassVar[str | None] = None
+
     @abc.abstractmethod
     def splits(self) -> list[str]:
         """Names of the available splits."""
@@ -163,6 +208,11 @@ class Dataset(abc.ABC):
 
 class Backbone(abc.ABC):
     """A pretrained (or in-process trained) classifier that turns a split into outputs."""
+
+    #: The :attr:`Dataset.input_kind` values :meth:`extract` can read (see
+    #: :data:`INPUT_KINDS`); validation rejects a dataset declaring any other kind.
+    #: ``None``: not declared, any dataset is accepted.
+    input_kinds: ClassVar[frozenset[str] | None] = None
 
     @abc.abstractmethod
     def extract(self, dataset: Dataset, split: str, context: FitContext) -> ModelOutputs:
@@ -183,6 +233,17 @@ class Recalibrator(abc.ABC):
 
     #: True when :meth:`module` is implemented (temperature, Platt, MLP).
     differentiable: ClassVar[bool] = False
+
+    #: Whether :meth:`module`'s forward returns the full log-probability vector (needed by
+    #: losses with :attr:`SelectionLoss.needs_log_probs` in schemes that read it from h,
+    #: see :attr:`Scheme.loss_reads_recalibrator_log_probs`). ``None``: not declared
+    #: (checked when the scheme runs). A non-differentiable recalibrator provides none.
+    provides_log_probs: ClassVar[bool | None] = None
+
+    #: Whether :meth:`confidence` works before :meth:`fit` (the identity does; anything
+    #: with learned state does not). Schemes with ``fits_recalibrator = False`` use h as
+    #: given and reject ``usable_unfitted = False``. ``None``: not declared.
+    usable_unfitted: ClassVar[bool | None] = None
 
     @abc.abstractmethod
     def fit(self, outputs: ModelOutputs, context: FitContext) -> Recalibrator:
@@ -218,6 +279,10 @@ class Selector(abc.ABC):
     #: True when the selector is trained by a scheme through a loss (the learned MLP);
     #: False when :meth:`fit` alone fits it (confidence, Isolation Forest, ...).
     trainable: ClassVar[bool] = False
+
+    #: False for a selector that does not select (``none``): the core then accepts every
+    #: example at every β (coverage 1) instead of choosing ⌈β·n⌉ among its equal scores.
+    selects: ClassVar[bool] = True
 
     @abc.abstractmethod
     def fit(
@@ -274,7 +339,32 @@ class FitJob:
 
 
 class Scheme(abc.ABC):
-    """How h and g are trained: recalibration only, selection only, sequential, joint."""
+    """How h and g are trained: recalibration only, selection only, sequential, joint.
+
+    The class attributes below declare what a scheme needs from the method's other
+    components; validation checks them before anything runs (defaults check nothing).
+    """
+
+    #: Method fields the scheme cannot run without: ``"loss"`` (a :class:`SelectionLoss`)
+    #: and/or ``"coverage"`` (a :class:`CoverageLoss`).
+    requires: ClassVar[frozenset[str]] = frozenset()
+
+    #: True: the selector must be :attr:`Selector.trainable` (the scheme trains it through
+    #: the loss); False: it must not be (the scheme only calls its ``fit``); None: either.
+    selector_must_be_trainable: ClassVar[bool | None] = None
+
+    #: True when the scheme trains h through :meth:`Recalibrator.module`: the recalibrator
+    #: must be :attr:`Recalibrator.differentiable`.
+    recalibrator_must_be_differentiable: ClassVar[bool] = False
+
+    #: False when the scheme uses the recalibrator as given, never calling its ``fit``:
+    #: a recalibrator declaring ``usable_unfitted = False`` is then rejected.
+    fits_recalibrator: ClassVar[bool] = True
+
+    #: True when a loss with :attr:`SelectionLoss.needs_log_probs` gets its log-probabilities
+    #: from the recalibrator's module: the recalibrator must then be differentiable and not
+    #: declare ``provides_log_probs = False``.
+    loss_reads_recalibrator_log_probs: ClassVar[bool] = False
 
     @abc.abstractmethod
     def fit(

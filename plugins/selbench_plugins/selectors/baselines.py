@@ -42,6 +42,8 @@ class ConfidenceSelector(Selector):
 class NoSelector(Selector):
     """No selection: every example gets the same score, so everything is accepted (β = 1)."""
 
+    selects = False  # the core accepts every example at every β
+
     def __init__(self) -> None:
         NoParams()
 
