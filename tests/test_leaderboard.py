@@ -7,7 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import tiny_spec
+from conftest import reseal_cell, tiny_spec
 from scipy import stats as sps
 from selbench.cli import main
 from selbench.leaderboard import LeaderboardError, build_tables, write_leaderboard
@@ -98,6 +98,7 @@ def test_a_method_not_significantly_worse_is_marked_best(five, tmp_path):
         cell = json.loads(path.read_text())
         cell["metrics"]["ece1"] = [v + offsets[cell["seed"]] for v in best[cell["seed"]]["metrics"]["ece1"]]
         path.write_text(json.dumps(cell))
+        reseal_cell(path)
     write_leaderboard(out)
     stat = _rows(json.loads((out / "leaderboard.json").read_text()))["Temp. scale"]["metrics"]["ece1"]["auc"]
     expected = sps.wilcoxon(list(offsets.values()), alternative="greater").pvalue

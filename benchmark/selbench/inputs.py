@@ -81,7 +81,7 @@ class InputSpec:
 InputFile = Annotated[str, InputSpec("file")]
 
 
-def InputDir(metadata: tuple[str, ...] | list[str] = (), must_exist: bool = True) -> Any:  # noqa: N802
+def InputDir(metadata: tuple[str, ...] | list[str] = (), must_exist: bool = True) -> Any:
     """A parameter type holding the path of an input folder (see :class:`InputSpec`)."""
     return Annotated[str, InputSpec("dir", tuple(metadata), must_exist)]
 

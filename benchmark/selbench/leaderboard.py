@@ -40,6 +40,7 @@ from tabulate import tabulate
 
 from selbench import stats as S
 from selbench.metrics import auc
+from selbench.results import ResultsDir, ResultsError
 from selbench.store import atomic_write_json, atomic_write_text
 
 __all__ = [
@@ -124,41 +125,35 @@ def _short(h: str | None) -> str:
     return (h or "unknown")[:12]
 
 
-def _load_run(out_dir: Path) -> dict:
-    path = out_dir / "run.json"
-    if not path.is_file():
-        raise LeaderboardError(f"{out_dir}: no run.json; is this a selbench results directory?")
-    return json.loads(path.read_text())
-
-
-def _read_cell(path: Path) -> dict | None:
-    if not path.is_file():
-        return None
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
-
-
 def _load_dir(
     out_dir: Path, allow_partial: bool, allow_mixed: bool
 ) -> tuple[dict, list[dict], list[str], int]:
-    """run.json, the usable cells, the spec hashes of foreign cells taken in, cells left out."""
-    run = _load_run(out_dir)
-    current = run["provenance"]["spec_hash"]
+    """run.json, the usable cells, the spec hashes of foreign cells taken in, cells left out.
+
+    Cells are read through :class:`selbench.results.ResultsDir`, which verifies each
+    record's checksum (and its arrays'): a damaged cell counts as missing, never as data.
+    """
+    store = ResultsDir(out_dir)
+    try:
+        run = store.read_run().model_dump(mode="json")
+    except ResultsError as exc:
+        raise LeaderboardError(str(exc)) from None
+    current = run["provenance"].get("spec_hash")
     cells: list[dict] = []
     missing: list[str] = []
+    damaged: list[str] = []
     foreign: list[tuple[str, dict]] = []
     for rel, key in zip(run["cells"], run["cell_keys"]):
-        path = out_dir / rel
-        record = _read_cell(path)
-        if record is None:
-            missing.append(rel)
-        elif record.get("key") != key:
-            foreign.append((rel, record))
+        path = store.resolve(rel)
+        check = store.check_cell(path, key)
+        if check.record is not None:
+            cells.append({**check.record.model_dump(mode="json"), "_file": path})
+        elif check.previous is not None:
+            foreign.append((rel, check.previous.model_dump(mode="json")))
         else:
-            cells.append({**record, "_file": path})
+            missing.append(rel)
+            if check.problem != "missing":
+                damaged.append(f"{rel} ({check.problem})")
     if foreign and not allow_mixed and not allow_partial:
         hashes = sorted({_short(r.get("spec_hash")) for _, r in foreign})
         raise LeaderboardError(
@@ -171,15 +166,16 @@ def _load_dir(
     mixed_in: list[str] = []
     if foreign and allow_mixed:
         for rel, record in foreign:
-            cells.append({**record, "_file": out_dir / rel})
+            cells.append({**record, "_file": store.resolve(rel)})
             mixed_in.append(record.get("spec_hash") or "unknown")
     elif foreign:  # allow_partial: foreign cells are left out like missing ones
         missing.extend(rel for rel, _ in foreign)
     if missing and not allow_partial:
+        detail = f"; damaged: {damaged[0]}" if damaged else ""
         raise LeaderboardError(
-            f"{out_dir}: {len(missing)} of {len(run['cells'])} cells are missing "
-            f"(first: {missing[0]}); run `selbench run` again to finish them, or pass "
-            "--allow-partial to tabulate the finished ones"
+            f"{out_dir}: {len(missing)} of {len(run['cells'])} cells are missing or damaged "
+            f"(first: {missing[0]}{detail}); run `selbench run` again to recompute them, or pass "
+            "--allow-partial to tabulate the intact ones"
         )
     return run, cells, sorted(set(mixed_in)), len(missing)
 
@@ -421,6 +417,14 @@ def _mark_best(rows: list[dict]) -> None:
 
 
 # --------------------------------------------------------------------------- rendering
+_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\|*_`<>[]"})
+
+
+def _md(text: str) -> str:
+    """``text`` safe inside a Markdown table cell: special characters escaped, one line."""
+    return " ".join(str(text).split()).translate(_MD_SPECIAL)
+
+
 def _fmt(stat: dict, bold: bool = True) -> str:
     if not math.isfinite(stat["mean"]):
         return "–"
@@ -462,7 +466,7 @@ def render_markdown(tables: dict) -> str:
     hash_text = ("spec hashes " + ", ".join(f"`{_short(h)}`" for h in prov["mixed_spec_hashes"])
                  if prov["mixed_spec_hashes"] else f"spec hash `{_short(prov['spec_hash'])}`")
     lines = [
-        f"# Leaderboard: {prov['spec_name']}",
+        f"# Leaderboard: {_md(prov['spec_name'])}",
         "",
         (f"selbench {prov['selbench']} · {hash_text} · seeds "
         f"{', '.join(map(str, seeds))} · values are mean ± std over seeds · "
@@ -485,9 +489,9 @@ def render_markdown(tables: dict) -> str:
         tb = exp["train_beta"]
         trained = "one model per β" if tb == "per_beta" else f"selectors trained for β = {tb:g}"
         lines += [
-            f"## {exp['name']}",
+            f"## {_md(exp['name'])}",
             "",
-            f"{exp['dataset']} / {exp['backbone']}: fitted on `{exp['fit_split']}`"
+            f"{_md(exp['dataset'])} / {_md(exp['backbone'])}: fitted on `{exp['fit_split']}`"
             + (f" ({exp['n_fit']} examples per seed)" if exp["n_fit"] else "")
             + f", evaluated on `{exp['eval_split']}`; {trained}.",
             "",
@@ -505,7 +509,7 @@ def render_markdown(tables: dict) -> str:
                 headers.append(f"p ({headline.label})")
             body = []
             for r in exp["rows"]:
-                line = [r["method"]] + [_fmt(r["metrics"][c.key]["auc"]) for c in cols]
+                line = [_md(r["method"])] + [_fmt(r["metrics"][c.key]["auc"]) for c in cols]
                 if show_p:
                     line.append(_fmt_p(r["metrics"][HEADLINE]["auc"]))
                 body.append(line)
@@ -514,12 +518,12 @@ def render_markdown(tables: dict) -> str:
             headers = ["Method"] + [f"β={b:g}" for b in exp["betas"]]
             for c in columns_for(exp):
                 lines += [f"### {c.header} at coverage β", ""]
-                body = [[r["method"]] + [_fmt(r["metrics"][c.key][f"{b:g}"]) for b in exp["betas"]]
+                body = [[_md(r["method"])] + [_fmt(r["metrics"][c.key][f"{b:g}"]) for b in exp["betas"]]
                         for r in exp["rows"]]
                 lines += [tabulate(body, headers, tablefmt="github", disable_numparse=True), ""]
                 if c.key == HEADLINE and show_p:
                     lines += [f"### p-value against the best mean, {c.label}", ""]
-                    body = [[r["method"]] + [_fmt_p(r["metrics"][c.key][f"{b:g}"])
+                    body = [[_md(r["method"])] + [_fmt_p(r["metrics"][c.key][f"{b:g}"])
                                              for b in exp["betas"]] for r in exp["rows"]]
                     lines += [tabulate(body, headers, tablefmt="github", disable_numparse=True), ""]
     return "\n".join(lines).rstrip() + "\n"

@@ -25,11 +25,10 @@ without recomputing anything. Files go to ``DIR/plots/<experiment>/`` as PNG and
 
 The β of the per-example figures is the experiment's training β, or for ``per_beta``
 experiments the reported β closest to 0.8 (the paper's Figure 3); ``beta=`` overrides it.
-The accepted examples are those with ``score >= tau`` for the threshold
-:func:`selbench.metrics.thresholds` gives on the stored scores (with the experiment's
-Hoeffding ``delta`` when it has a coverage guarantee), as the runner selects them. The
-per-example arrays are float32, so a diagram's ECE₁ can differ from the cell's (float64)
-value in the 7th decimal.
+The accepted examples are chosen from the stored scores by :func:`selbench.metrics.accept_mask`
+(exactly ⌈β·n⌉ of them, ties broken by the cell's seed, with the experiment's Hoeffding
+``delta`` when it has a coverage guarantee), exactly as the runner selected them: the arrays
+are stored in float64 and verified against the checksum in their cell record.
 
 Figures are drawn with matplotlib's object API on the Agg canvas (no pyplot, no global
 backend switch, no display needed); SVGs carry no date and stable element ids, so redrawing
@@ -46,8 +45,9 @@ from typing import Any
 
 import numpy as np
 
-from selbench.leaderboard import ResultSet, load_results, tables_from
+from selbench.leaderboard import LeaderboardError, ResultSet, load_results, tables_from
 from selbench.metrics import _bin_stats, _plugin_ce, accept_mask
+from selbench.results import CellRecord, ResultsDir, ResultsError, safe_name, slug
 from selbench.store import atomic_path
 
 __all__ = [
@@ -278,12 +278,14 @@ def confidence_figure(arrays: dict[str, np.ndarray], accept: np.ndarray, beta: f
 
 # --------------------------------------------------------------------------- entry point
 def _arrays_for(results: ResultSet, experiment: str, method: str, beta: float,
-                per_beta: bool) -> tuple[dict[str, np.ndarray], int, float] | None:
+                per_beta: bool) -> tuple[dict[str, np.ndarray], int, float, bool] | None:
     """Per-example arrays of the method's lowest seed that has them (and, for per_beta
-    experiments, of the cell trained at the β closest to ``beta``)."""
+    experiments, of the cell trained at the β closest to ``beta``), verified against the
+    checksum in the cell record; a cell record that names arrays it cannot deliver is an
+    error naming the file, never a silently missing figure."""
     cands = [rec for rec in results.cells
              if rec["experiment"] == experiment and rec["method"] == method
-             and Path(rec["_file"]).with_suffix(".npz").is_file()]
+             and rec.get("arrays")]
     if not cands:
         return None
     if per_beta:
@@ -292,9 +294,13 @@ def _arrays_for(results: ResultSet, experiment: str, method: str, beta: float,
         cands = [r for r in cands if float(r["train_beta"]) == target]
         beta = target
     rec = min(cands, key=lambda r: int(r["seed"]))
-    with np.load(Path(rec["_file"]).with_suffix(".npz"), allow_pickle=False) as data:
-        arrays = {k: np.asarray(data[k]) for k in ("confidence", "raw_confidence", "score", "correct")}
-    return arrays, int(rec["seed"]), beta
+    path = Path(rec["_file"])
+    fields = {k: v for k, v in rec.items() if k in CellRecord.model_fields}
+    try:
+        arrays = ResultsDir(path.parent).load_arrays(path, CellRecord.model_validate(fields))
+    except ResultsError as exc:
+        raise LeaderboardError(str(exc)) from None
+    return arrays, int(rec["seed"]), beta, bool(rec.get("selects", True))
 
 
 def write_plots(
@@ -321,13 +327,9 @@ def write_plots(
     """
     import matplotlib
 
-    from selbench.runner import slug
-
     dirs = [Path(results_dirs)] if isinstance(results_dirs, (str, Path)) else [Path(d) for d in results_dirs]
     if out is None:
         if len(dirs) != 1:
-            from selbench.leaderboard import LeaderboardError
-
             raise LeaderboardError("several results directories are combined: say where to "
                                    "write the plots with --out DIR")
         out = dirs[0]
@@ -337,7 +339,7 @@ def write_plots(
     paths: list[Path] = []
     with matplotlib.rc_context(_RC):
         for exp, table in zip(results.experiments, tables["experiments"]):
-            where = root / exp["name"]
+            where = root / safe_name(exp["name"], "experiment name")
             name = (f"{exp['name']}: {exp['dataset']['name']} / {exp['backbone']['name']}, "
                     f"evaluated on '{exp['eval_split']}'")
             paths += _save(curves_figure(table, [("ece1", "ECE₁"), ("ece2", "ECE₂")], name),
@@ -352,8 +354,11 @@ def write_plots(
                 found = _arrays_for(results, exp["name"], label, b, exp["train_beta"] == "per_beta")
                 if found is None:
                     continue
-                arrays, seed, b_used = found
-                accept = accepted_mask(arrays["score"], b_used, delta)
+                arrays, seed, b_used, selects = found
+                if selects:
+                    accept = accepted_mask(arrays["score"], b_used, delta, seed=seed)
+                else:  # a selector that does not select accepts every example
+                    accept = np.ones(len(arrays["score"]), dtype=bool)
                 title = f"{exp['name']}: {label} (seed {seed})"
                 fig = reliability_figure(arrays, accept, b_used, title, method["recalibrator"]["name"])
                 paths += _save(fig, where / "reliability" / slug(label), formats)

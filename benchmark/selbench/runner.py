@@ -23,10 +23,10 @@ import hashlib
 import io
 import pickle
 import platform
-import re
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,14 +37,32 @@ import yaml
 
 import selbench
 from selbench.api import FitContext, FitJob, Scheme
+from selbench.codeid import code_digest, core_digest
 from selbench.data import DataError, ModelOutputs
-from selbench.metrics import selective_metrics
-from selbench.spec import ExperimentSpec, MethodSpec, ResolvedSpec, content_hash, load_spec
-from selbench.store import OutputCache, atomic_path, atomic_write_json, atomic_write_text
+from selbench.evaluate import EvaluationError, check_vector, eval_rows, fit_indices, measure, score
+from selbench.inputs import DigestCache, InputError, digest_input
+from selbench.results import (
+    CELL_SCHEMA,
+    CellCheck,
+    CellRecord,
+    ResultsDir,
+    ResultsError,
+    RunRecord,
+    slug,
+)
+from selbench.spec import (
+    _METHOD_FIELDS,
+    Component,
+    ExperimentSpec,
+    MethodSpec,
+    ResolvedSpec,
+    SpecError,
+    content_hash,
+    load_spec,
+)
+from selbench.store import OutputCache
 
-__all__ = ["CELL_FORMAT", "RunReport", "resolve_device", "run"]
-
-CELL_FORMAT = 1
+__all__ = ["RunError", "RunReport", "fit_indices", "resolve_device", "run", "slug"]
 
 
 class RunError(RuntimeError):
@@ -57,6 +75,8 @@ class RunReport:
     computed: int = 0
     reused: int = 0
     files: list[Path] = field(default_factory=list)
+    #: why finished cells were recomputed: reason -> number of cells
+    reasons: dict[str, int] = field(default_factory=dict)
 
 
 def resolve_device(requested: str = "auto") -> str:
@@ -70,11 +90,6 @@ def resolve_device(requested: str = "auto") -> str:
     if requested not in ("cpu", "cuda"):
         raise RunError(f"unknown device {requested!r}; expected auto, cpu or cuda")
     return requested
-
-
-def slug(text: str) -> str:
-    s = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-").lower() or "method"
-    return f"{s[:48]}-{content_hash(text)[:6]}"
 
 
 def provenance(resolved: ResolvedSpec, device: str) -> dict[str, Any]:
@@ -134,60 +149,74 @@ def _git_commit() -> str | None:
     return commit + ("-dirty" if dirty else "")
 
 
-# --------------------------------------------------------------------------- outputs
-def experiment_outputs(
-    resolved: ResolvedSpec,
-    e_i: int,
-    cache: OutputCache,
-    device: str,
-    progress: bool,
-) -> dict[str, ModelOutputs]:
-    """Backbone outputs of the experiment's fitting and evaluation splits, via the cache."""
+# --------------------------------------------------------------------------- keys
+@dataclass
+class Identity:
+    """The content that keys a run's cached outputs and cells: input digests and code
+    digests of every plugin the spec uses, and the core's digest."""
+
+    inputs: dict[str, dict[str, str | None]]  # "experiments[0].dataset.params.path" -> {path, digest}
+    code: dict[str, str]  # "kind/name" -> code digest
+    core: str
+
+    def component_params(self, resolved: ResolvedSpec, kind: str, comp: Component,
+                         where: str) -> dict:
+        """The component's canonical params with each input path replaced by its digest:
+        what a key hashes (moving a file keeps its results; rewriting it does not)."""
+        params = resolved.params(kind, comp)
+        for pname in resolved.inputs(kind, comp):
+            params[pname] = {"input": self.inputs[f"{where}.params.{pname}"]["digest"]}
+        return {"name": comp.name, "params": params}
+
+
+def _components_of(exp: ExperimentSpec, e_i: int):
+    """(kind, field, component, yaml path) of everything an experiment uses."""
+    yield "dataset", "dataset", exp.dataset, f"experiments[{e_i}].dataset"
+    yield "backbone", "backbone", exp.backbone, f"experiments[{e_i}].backbone"
+    for m_i, m in enumerate(exp.methods):
+        for kind, attr in _METHOD_FIELDS:
+            comp = getattr(m, attr)
+            if comp is not None:
+                yield kind, attr, comp, f"experiments[{e_i}].methods[{m_i}].{attr}"
+
+
+def _method_fields(method: MethodSpec):
+    for kind, attr in _METHOD_FIELDS:
+        comp = getattr(method, attr)
+        if comp is not None:
+            yield kind, attr, comp
+
+
+def identify(resolved: ResolvedSpec, cache: OutputCache) -> Identity:
+    """Digest every declared input and the code of every plugin the spec uses."""
+    digests = DigestCache(cache.root)
+    inputs: dict[str, dict[str, str | None]] = {}
+    code: dict[str, str] = {}
+    for e_i, exp in enumerate(resolved.spec.experiments):
+        for kind, _, comp, where in _components_of(exp, e_i):
+            for pname, (path, ispec) in resolved.inputs(kind, comp).items():
+                try:
+                    digest = digest_input(path, ispec, digests)
+                except InputError as exc:
+                    raise SpecError([f"{where}.params.{pname}: {exc}"], resolved.source) from None
+                inputs[f"{where}.params.{pname}"] = {"path": path, "digest": digest}
+            reg = resolved.registry.get(kind, comp.name)
+            code[f"{kind}/{comp.name}"] = code_digest(reg.plugin.factory)
+    return Identity(dict(sorted(inputs.items())), dict(sorted(code.items())), core_digest())
+
+
+def output_keys(resolved: ResolvedSpec, ident: Identity, e_i: int) -> dict[str, tuple[str, dict]]:
+    """split -> (cache key, key material) of an experiment's backbone outputs."""
     exp = resolved.spec.experiments[e_i]
-    canon = resolved.canonical()["experiments"][e_i]
-    reg = resolved.registry
-    versions = {
-        "dataset": reg.get("dataset", exp.dataset.name).plugin.version,
-        "backbone": reg.get("backbone", exp.backbone.name).plugin.version,
-    }
-    dataset = backbone = None
-    out: dict[str, ModelOutputs] = {}
+    base = f"experiments[{e_i}]"
+    dataset = ident.component_params(resolved, "dataset", exp.dataset, f"{base}.dataset")
+    backbone = ident.component_params(resolved, "backbone", exp.backbone, f"{base}.backbone")
+    code = {"dataset": ident.code[f"dataset/{exp.dataset.name}"],
+            "backbone": ident.code[f"backbone/{exp.backbone.name}"]}
+    out = {}
     for split in dict.fromkeys([exp.fit_split, exp.eval_split]):
-        material = OutputCache.key_material(canon["dataset"], canon["backbone"], split, versions)
-        key = content_hash(material)
-        cached = cache.get(key)
-        if cached is None:
-            if dataset is None:
-                dataset = resolved.build("dataset", exp.dataset)
-                backbone = resolved.build("backbone", exp.backbone)
-                available = list(dataset.splits())
-                for which, name in (("fit_split", exp.fit_split), ("eval_split", exp.eval_split)):
-                    if name not in available:
-                        raise RunError(
-                            f"experiments[{e_i}].{which}: dataset {exp.dataset.name!r} has no split "
-                            f"{name!r}; available: {', '.join(available)}"
-                        )
-            ctx = FitContext(
-                seed=0, device=device, beta=1.0, progress=progress, cache_dir=cache.workdir(key)
-            )
-            if progress:
-                print(f"[{exp.name}] extracting {exp.backbone.name} outputs on split {split!r}",
-                      file=sys.stderr)
-            try:
-                outputs = backbone.extract(dataset, split, ctx)
-            except (DataError, ValueError) as exc:
-                raise RunError(
-                    f"experiments[{e_i}] ({exp.name}): backbone {exp.backbone.name!r} on dataset "
-                    f"{exp.dataset.name!r}, split {split!r}: {exc}"
-                ) from exc
-            if not isinstance(outputs, ModelOutputs):
-                raise RunError(
-                    f"backbone {exp.backbone.name!r}.extract returned "
-                    f"{type(outputs).__name__}, expected selbench.ModelOutputs"
-                )
-            cache.put(key, outputs, material)
-            cached = outputs
-        out[split] = cached
+        material = OutputCache.key_material(dataset, backbone, split, code)
+        out[split] = (content_hash(material), material)
     return out
 
 
@@ -201,75 +230,175 @@ class Cell:
     eval_betas: list[float]
     key: str
     path: Path
+    components: dict[str, Any]
+    needs_arrays: bool
 
 
-def plan_cells(resolved: ResolvedSpec, out_dir: Path) -> list[Cell]:
-    """Every cell of the spec, each with the content key that decides whether it is reused."""
-    canon = resolved.canonical()
+def plan_cells(resolved: ResolvedSpec, results: ResultsDir, ident: Identity) -> list[Cell]:
+    """Every cell of the spec, each with the content key that decides whether it is reused.
+
+    The key hashes the experiment's settings, the keys of its backbone outputs (which hold
+    the input digests), the method's configuration, the code digest of each plugin the
+    method uses, the core's digest, the seed and the β's.
+    """
     cells: list[Cell] = []
+    first_seed = resolved.spec.seeds[0]
     for e_i, exp in enumerate(resolved.spec.experiments):
-        ce = canon["experiments"][e_i]
-        shared = {k: v for k, v in ce.items() if k not in ("methods", "report")}
-        # a new release of any plugin the cell uses recomputes the cell
-        versions = [
-            {
-                field: resolved.registry.get(kind, comp.name).plugin.version
-                for kind, field, comp in _components(exp, m)
-            }
-            for m in exp.methods
-        ]
+        base = f"experiments[{e_i}]"
+        settings = exp.model_dump(mode="json", exclude={"methods", "report", "dataset", "backbone"})
+        outputs = {split: key for split, (key, _) in output_keys(resolved, ident, e_i).items()}
+        exp_part = {"settings": content_hash(settings), "outputs": outputs}
         for m_i, method in enumerate(exp.methods):
+            mwhere = f"{base}.methods[{m_i}]"
+            config = {attr: ident.component_params(resolved, kind, comp, f"{mwhere}.{attr}")
+                      for kind, attr, comp in _method_fields(method)}
+            code = {attr: ident.code[f"{kind}/{comp.name}"]
+                    for kind, attr, comp in _method_fields(method)}
             per_beta = exp.train_beta == "per_beta"
             train_betas = list(exp.betas) if per_beta else [float(exp.train_beta)]
             for seed in resolved.spec.seeds:
                 for tb in train_betas:
                     eval_betas = [tb] if per_beta else list(exp.betas)
-                    material = {
-                        "format": CELL_FORMAT,
-                        "experiment": shared,
-                        "method": ce["methods"][m_i],
-                        "versions": versions[m_i],
+                    components = {
+                        "schema": CELL_SCHEMA,
+                        "experiment": exp_part,
+                        "method": content_hash(config),
+                        "code": code,
+                        "core": ident.core,
                         "seed": seed,
                         "train_beta": tb,
                         "eval_betas": eval_betas,
+                        "names": {attr: f"{kind} {comp.name!r}"
+                                  for kind, attr, comp in _method_fields(method)},
                     }
-                    name = f"seed{seed}" + (f"-beta{tb:g}" if per_beta else "")
-                    path = out_dir / "cells" / exp.name / slug(method.label) / f"{name}.json"
-                    cells.append(Cell(e_i, m_i, seed, tb, eval_betas, content_hash(material), path))
+                    key = content_hash({k: v for k, v in components.items() if k != "names"})
+                    path = results.cell_path(exp.name, method.label, seed,
+                                             tb if per_beta else None)
+                    cells.append(Cell(e_i, m_i, seed, tb, eval_betas, key, path, components,
+                                      seed == first_seed))
     return cells
 
 
-def _components(exp: ExperimentSpec, method: MethodSpec):
-    """(kind, field, component) of everything a cell depends on."""
-    yield "dataset", "dataset", exp.dataset
-    yield "backbone", "backbone", exp.backbone
-    for kind, attr in (("scheme", "scheme"), ("selector", "selector"),
-                       ("recalibrator", "recalibrator"), ("loss", "loss"), ("loss", "coverage")):
-        comp = getattr(method, attr)
-        if comp is not None:
-            yield kind, attr, comp
+def why_recomputed(cell: Cell, check: CellCheck) -> str:
+    """One short reason a finished cell is not reused."""
+    prev = check.previous
+    if prev is None:
+        return f"cell file {check.problem}"
+    old, new = prev.components, cell.components
+    if not old:
+        return "written by an older selbench"
+    if old.get("core") != new["core"]:
+        return "selbench's metric definitions changed"
+    changed = [new["names"][attr] for attr in new["code"]
+               if (old.get("code") or {}).get(attr) != new["code"][attr]]
+    if changed:
+        return ", ".join(changed) + " changed"
+    if old.get("experiment", {}).get("outputs") != new["experiment"]["outputs"]:
+        return "the backbone outputs changed (dataset, backbone, their code or input files)"
+    if old.get("experiment") != new["experiment"]:
+        return "the experiment's settings changed"
+    if old.get("method") != new["method"]:
+        return "the method's parameters changed"
+    return "its configuration changed"
 
 
-def cell_done(cell: Cell) -> bool:
-    if not cell.path.is_file():
-        return False
+# --------------------------------------------------------------------------- blame
+def _describe(resolved: ResolvedSpec, kind: str, comp: Component) -> str:
+    reg = resolved.registry.get(kind, comp.name)
+    describe = getattr(reg, "describe", None)
+    return describe() if callable(describe) else f"{kind} {comp.name!r}"
+
+
+def _blame(exc: BaseException, candidates: list[tuple[str, Any]]) -> str | None:
+    """The component whose code raised ``exc``: the innermost traceback frame that runs a
+    method of one of the candidates' classes (the object's own methods first, then any code
+    of the module defining the factory)."""
+    codes: dict[Any, str] = {}
+    modules: dict[str, str] = {}
+    for desc, factory in candidates:
+        modules.setdefault(getattr(factory, "__module__", ""), desc)
+        for klass in getattr(factory, "__mro__", (factory,)):
+            if klass is object or getattr(klass, "__module__", "") == "selbench.api":
+                continue
+            members = vars(klass).values() if isinstance(klass, type) else (klass,)
+            for member in members:
+                fn = getattr(member, "__func__", getattr(member, "fget", member))
+                code = getattr(fn, "__code__", None)
+                if code is not None:
+                    codes.setdefault(code, desc)
+    frames = [frame for frame, _ in traceback.walk_tb(exc.__traceback__)]
+    for frame in reversed(frames):
+        if frame.f_code in codes:
+            return codes[frame.f_code]
+    for frame in reversed(frames):
+        desc = modules.get(frame.f_globals.get("__name__", ""))
+        if desc is not None:
+            return desc
+    return None
+
+
+def _failure(where: str, stage: str, exc: BaseException, blame: str | None) -> RunError:
+    if isinstance(exc, (EvaluationError, SpecError)):
+        return RunError(f"{where}: {exc}")
+    if isinstance(exc, SystemExit):
+        what = f"called sys.exit({exc.code!r})"
+    else:
+        what = f"raised {type(exc).__name__}: {exc}" if str(exc) else f"raised {type(exc).__name__}"
+    who = blame or "a plugin"
+    return RunError(f"{where}: {who} {what} while {stage}")
+
+
+class _Guard:
+    """During fitting, checks what a recalibrator's ``confidence``/``predict`` and a
+    selector's ``score`` return, so that a bad value is blamed on the plugin that produced
+    it, not on the plugin that received it. Installed as instance attributes (the objects
+    stay what they are) and removed afterwards."""
+
+    def __init__(self):
+        self._installed: list[tuple[Any, str]] = []
+
+    def watch(self, obj: Any, name: str, what: str, lo=None, hi=None, integer=False,
+              classes=False) -> None:
+        original = getattr(obj, name, None)
+        if original is None or name in getattr(obj, "__dict__", {}):
+            return
+
+        def checked(outputs, *args, **kwargs):
+            values = original(outputs, *args, **kwargs)
+            try:
+                n = len(outputs)
+                high = outputs.num_classes - 1 if classes else hi
+            except Exception:
+                return values
+            check_vector(values, n, f"{what}.{name}", lo, high, integer)
+            return values
+
+        try:
+            obj.__dict__[name] = checked
+        except (AttributeError, TypeError):
+            return
+        self._installed.append((obj, name))
+
+    def remove(self) -> None:
+        for obj, name in self._installed:
+            obj.__dict__.pop(name, None)
+        self._installed.clear()
+
+
+def _fit_guarded(fit, objects: list[tuple[Any, Any]], names: tuple[str, str]) -> None:
+    guard = _Guard()
+    recal_name, sel_name = names
+    for recalibrator, selector in objects:
+        guard.watch(recalibrator, "confidence", recal_name, 0.0, 1.0)
+        guard.watch(recalibrator, "predict", recal_name, 0, None, integer=True, classes=True)
+        guard.watch(selector, "score", sel_name)
     try:
-        import json
-
-        return json.loads(cell.path.read_text()).get("key") == cell.key
-    except (OSError, ValueError):
-        return False
+        fit()
+    finally:
+        guard.remove()
 
 
-def fit_indices(n_total: int, n_fit: int | None, seed: int, where: str) -> np.ndarray:
-    if n_fit is None:
-        return np.arange(n_total)
-    if n_fit > n_total:
-        raise RunError(f"{where}: n_fit={n_fit} but the fitting split has only {n_total} examples")
-    rng = np.random.default_rng([seed, 0x5E1EC7])
-    return np.sort(rng.choice(n_total, size=n_fit, replace=False))
-
-
+# --------------------------------------------------------------------------- fitting
 def _seed_everything(seed: int) -> None:
     import random
 
@@ -285,17 +414,6 @@ def _plain(domain: np.ndarray | None) -> np.ndarray:
     if domain is None:
         return np.zeros(0)
     return domain.astype(str) if domain.dtype == object else domain
-
-
-def _check_vector(values: Any, n: int, what: str, lo: float | None, hi: float | None) -> np.ndarray:
-    arr = np.asarray(values, dtype=np.float64)
-    if arr.shape != (n,):
-        raise RunError(f"{what} returned shape {arr.shape}, expected ({n},)")
-    if not np.all(np.isfinite(arr)):
-        raise RunError(f"{what} returned NaN or infinite values")
-    if lo is not None and (arr.min() < lo - 1e-9 or arr.max() > hi + 1e-9):
-        raise RunError(f"{what} returned values outside [{lo}, {hi}]")
-    return arr
 
 
 @dataclass
@@ -324,14 +442,45 @@ def method_groups(cells: list[Cell]) -> list[list[Cell]]:
     return groups
 
 
-def _build_method(resolved: ResolvedSpec, method: MethodSpec) -> tuple[Any, ...]:
-    build = resolved.build
-    return (
-        build("selector", method.selector),
-        build("recalibrator", method.recalibrator),
-        build("loss", method.loss) if method.loss is not None else None,
-        build("loss", method.coverage) if method.coverage is not None else None,
-    )
+class _Method:
+    """Builds a method's plugins, naming the one that fails."""
+
+    def __init__(self, resolved: ResolvedSpec, e_i: int, m_i: int):
+        self.resolved = resolved
+        self.exp: ExperimentSpec = resolved.spec.experiments[e_i]
+        self.method: MethodSpec = self.exp.methods[m_i]
+        self.where = f"experiments[{e_i}].methods[{m_i}] ({self.method.label!r})"
+        self.names = {attr: _describe(resolved, kind, comp)
+                      for kind, attr, comp in _method_fields(self.method)}
+        self.factories = [(self.names[attr], resolved.registry.get(kind, comp.name).plugin.factory)
+                          for kind, attr, comp in _method_fields(self.method)]
+
+    def build(self, attr: str) -> Any:
+        comp = getattr(self.method, attr)
+        if comp is None:
+            return None
+        kind = dict((a, k) for k, a in _METHOD_FIELDS)[attr]
+        try:
+            return self.resolved.build(kind, comp)
+        except (KeyboardInterrupt, GeneratorExit):
+            raise
+        except BaseException as exc:
+            raise _failure(self.where, f"building it from params {comp.params}", exc,
+                           self.names[attr]) from exc
+
+    def objects(self) -> tuple[Any, Any, Any, Any]:
+        return tuple(self.build(a) for a in ("selector", "recalibrator", "loss", "coverage"))
+
+    def pair_names(self) -> tuple[str, str]:
+        return self.names["recalibrator"], self.names["selector"]
+
+    def run(self, stage: str, fn):
+        try:
+            return fn()
+        except (KeyboardInterrupt, GeneratorExit, RunError):
+            raise
+        except BaseException as exc:
+            raise _failure(self.where, stage, exc, _blame(exc, self.factories)) from exc
 
 
 def fit_group(
@@ -340,20 +489,22 @@ def fit_group(
     outputs: dict[str, ModelOutputs],
     device: str,
     scheme: Any,
+    m: _Method,
 ) -> dict[str, FittedCell]:
     """Fit the cells of one method with one ``scheme.fit_many`` call; cell key -> result."""
-    exp: ExperimentSpec = resolved.spec.experiments[cells[0].e_i]
-    method: MethodSpec = exp.methods[cells[0].m_i]
+    exp = m.exp
     fit_all = outputs[exp.fit_split]
     jobs = []
     for cell in cells:
         idx = fit_indices(len(fit_all), exp.n_fit, cell.seed, f"experiments[{cell.e_i}].n_fit")
-        selector, recalibrator, loss, coverage = _build_method(resolved, method)
+        selector, recalibrator, loss, coverage = m.objects()
         ctx = FitContext(seed=cell.seed, device=device, beta=cell.train_beta, progress=False)
         jobs.append(FitJob(fit_all.subset(idx), selector, recalibrator, loss, coverage, ctx))
     _seed_everything(cells[0].seed)
     t0 = time.perf_counter()
-    scheme.fit_many(jobs)
+    m.run("fitting", lambda: _fit_guarded(lambda: scheme.fit_many(jobs),
+                                          [(j.recalibrator, j.selector) for j in jobs],
+                                          m.pair_names()))
     share = (time.perf_counter() - t0) / len(cells)
     return {
         cell.key: FittedCell(job.selector, job.recalibrator, share, len(cells))
@@ -394,32 +545,25 @@ def run_cell(
     cell: Cell,
     outputs: dict[str, ModelOutputs],
     device: str,
+    m: _Method,
     fitted: FittedCell | None = None,
     memo: dict | None = None,
-) -> dict[str, Any]:
+) -> tuple[CellRecord, dict[str, np.ndarray] | None]:
     """Fit (unless ``fitted`` is given), score, threshold and measure one cell.
 
-    ``memo`` (one dict per method) keeps the confidence and scores of each distinct fitted
-    state on each evaluation set: cells whose fitted selector and recalibrator are identical
-    (e.g. a baseline fitted on one seed's data for every training β of ``per_beta``) score
-    the evaluation data once. Identity is the SHA-256 of the pickled fitted objects, so the
+    ``memo`` (one dict per method) keeps the scores of each distinct fitted state on each
+    evaluation set: cells whose fitted selector and recalibrator are identical (e.g. a
+    baseline fitted on one seed's data for every training β of ``per_beta``) score the
+    evaluation data once. Identity is the SHA-256 of the pickled fitted objects, so the
     reuse is exact; objects that cannot be pickled are always scored. It also keeps the
     last evaluation subset, which consecutive cells of one seed share.
     """
-    exp: ExperimentSpec = resolved.spec.experiments[cell.e_i]
-    method: MethodSpec = exp.methods[cell.m_i]
+    exp = m.exp
     where = f"experiments[{cell.e_i}]"
     fit_all = outputs[exp.fit_split]
     idx = fit_indices(len(fit_all), exp.n_fit, cell.seed, f"{where}.n_fit")
     eval_all = outputs[exp.eval_split]
-    rows = np.arange(len(eval_all))
-    if exp.fit_split == exp.eval_split:  # never evaluate on the examples used for fitting
-        mask = np.ones(len(eval_all), dtype=bool)
-        mask[idx] = False
-        rows = np.flatnonzero(mask)
-    if exp.n_eval is not None and exp.n_eval < len(rows):
-        rng = np.random.default_rng([0xE7A1, cell.e_i])
-        rows = rows[np.sort(rng.choice(len(rows), exp.n_eval, replace=False))]
+    rows = eval_rows(len(eval_all), idx, exp.fit_split == exp.eval_split, exp.n_eval, cell.e_i)
     if len(rows) == 0:
         raise RunError(f"{where}: no evaluation examples left")
     rows_key = (exp.eval_split, hashlib.sha256(rows.tobytes()).hexdigest())
@@ -432,73 +576,135 @@ def run_cell(
         if memo is not None:
             memo["eval_rows"], memo["eval_out"] = rows_key, eval_out
 
-    timing: dict[str, Any] = {}
+    timing: dict[str, float] = {}
     if fitted is None:
         _seed_everything(cell.seed)
-        scheme = resolved.build("scheme", method.scheme)
-        selector, recalibrator, loss, coverage = _build_method(resolved, method)
+        scheme = m.build("scheme")
+        selector, recalibrator, loss, coverage = m.objects()
         ctx = FitContext(seed=cell.seed, device=device, beta=cell.train_beta, progress=False)
+        fit_out = fit_all.subset(idx)
         t0 = time.perf_counter()
-        scheme.fit(
-            fit_all.subset(idx), selector=selector, recalibrator=recalibrator, loss=loss,
-            coverage=coverage, context=ctx,
-        )
+        m.run("fitting", lambda: _fit_guarded(
+            lambda: scheme.fit(fit_out, selector=selector, recalibrator=recalibrator,
+                               loss=loss, coverage=coverage, context=ctx),
+            [(recalibrator, selector)], m.pair_names()))
         timing["fit_s"] = round(time.perf_counter() - t0, 4)
     else:
         selector, recalibrator = fitted.selector, fitted.recalibrator
         timing["fit_s"] = round(fitted.fit_s, 4)
         timing["fit_batch"] = fitted.batch
     t1 = time.perf_counter()
-    label = f"{where}.methods[{cell.m_i}] ({method.label!r})"
     key = None
     if memo is not None:
         state = _fingerprint(recalibrator, selector)
         if state is not None:
             key = (state, rows_key)
     if key is not None and key in memo:
-        conf, score = memo[key]
+        arrays = memo[key]
     else:
-        conf = _check_vector(
-            recalibrator.confidence(eval_out), len(eval_out),
-            f"{label}: recalibrator {method.recalibrator.name!r}.confidence", 0.0, 1.0,
-        )
-        score = _check_vector(
-            selector.score(eval_out, conf), len(eval_out),
-            f"{label}: selector {method.selector.name!r}.score", None, None,
-        )
+        arrays = m.run("scoring the evaluation data",
+                       lambda: score(eval_out, recalibrator, selector, m.pair_names()))
         if key is not None:
-            memo[key] = (conf, score)
+            memo[key] = arrays
     delta = exp.coverage_guarantee.delta if exp.coverage_guarantee else None
-    correct = eval_out.correct()
-    metrics = selective_metrics(score, conf, correct, cell.eval_betas, delta=delta)
+    selects = bool(getattr(selector, "selects", True))
+    metrics = measure(arrays, cell.eval_betas, delta=delta, seed=cell.seed, selects=selects)
     t2 = time.perf_counter()
-    if cell.seed == resolved.spec.seeds[0]:
+    stored = None
+    if cell.needs_arrays:
         # per-example arrays of the first seed, for reliability diagrams and histograms
-        arrays_path = cell.path.with_suffix(".npz")
-        with atomic_path(arrays_path, suffix=".npz") as tmp, open(tmp, "wb") as fh:
-            np.savez_compressed(
-                fh,
-                key=np.array(cell.key),
-                confidence=conf,
-                raw_confidence=eval_out.confidence(),
-                score=score,
-                correct=correct.astype(np.uint8),
-                domain=_plain(eval_out.domain),
+        stored = {
+            "confidence": arrays["confidence"],
+            "raw_confidence": eval_out.confidence(),
+            "prediction": arrays["prediction"],
+            "score": arrays["score"],
+            "correct": arrays["correct"].astype(np.uint8),
+            "domain": _plain(eval_out.domain),
+        }
+    record = CellRecord(
+        key=cell.key,
+        components=cell.components,
+        experiment=exp.name,
+        method=m.method.label,
+        seed=cell.seed,
+        train_beta=cell.train_beta,
+        betas=cell.eval_betas,
+        metrics={k: np.asarray(v, dtype=float).tolist() for k, v in metrics.items()},
+        n_fit=len(idx),
+        n_eval=len(eval_out),
+        device=device,
+        spec_hash=resolved.hash(),
+        selects=selects,
+        timing={**timing, "eval_s": round(t2 - t1, 4)},
+    )
+    return record, stored
+
+
+# --------------------------------------------------------------------------- outputs
+def experiment_outputs(
+    resolved: ResolvedSpec,
+    e_i: int,
+    ident: Identity,
+    cache: OutputCache,
+    device: str,
+    progress: bool,
+) -> dict[str, ModelOutputs]:
+    """Backbone outputs of the experiment's fitting and evaluation splits, via the cache."""
+    exp = resolved.spec.experiments[e_i]
+    where = f"experiments[{e_i}] ({exp.name})"
+    dataset = backbone = None
+    out: dict[str, ModelOutputs] = {}
+    names = {"dataset": _describe(resolved, "dataset", exp.dataset),
+             "backbone": _describe(resolved, "backbone", exp.backbone)}
+    factories = [(names[k], resolved.registry.get(k, getattr(exp, k).name).plugin.factory)
+                 for k in ("dataset", "backbone")]
+
+    def warn(msg: str) -> None:
+        print(f"selbench: warning: {msg}", file=sys.stderr)
+
+    def guarded(stage: str, fn):
+        try:
+            return fn()
+        except (KeyboardInterrupt, GeneratorExit, RunError):
+            raise
+        except BaseException as exc:
+            if isinstance(exc, (DataError, ValueError, FileNotFoundError)):
+                raise RunError(f"{where}: {_blame(exc, factories) or 'dataset/backbone'}, "
+                               f"{stage}: {exc}") from exc
+            raise _failure(where, stage, exc, _blame(exc, factories)) from exc
+
+    for split, (key, material) in output_keys(resolved, ident, e_i).items():
+        cached = cache.get(key, warn=warn)
+        if cached is None:
+            if dataset is None:
+                dataset = guarded("building the dataset",
+                                  lambda: resolved.build("dataset", exp.dataset))
+                backbone = guarded("building the backbone",
+                                   lambda: resolved.build("backbone", exp.backbone))
+                available = list(guarded("listing the splits", dataset.splits))
+                for which, name in (("fit_split", exp.fit_split), ("eval_split", exp.eval_split)):
+                    if name not in available:
+                        raise SpecError([
+                            f"experiments[{e_i}].{which}: dataset {exp.dataset.name!r} has no "
+                            f"split {name!r}; available: {', '.join(map(str, available))}"
+                        ], resolved.source)
+            ctx = FitContext(
+                seed=0, device=device, beta=1.0, progress=progress, cache_dir=cache.workdir(key)
             )
-    return {
-        "format": CELL_FORMAT,
-        "key": cell.key,
-        "experiment": exp.name,
-        "method": method.label,
-        "seed": cell.seed,
-        "train_beta": cell.train_beta,
-        "betas": cell.eval_betas,
-        "metrics": {k: np.asarray(v, dtype=float).tolist() for k, v in metrics.items()},
-        "n_fit": len(idx),
-        "n_eval": len(eval_out),
-        "device": device,
-        "timing": {**timing, "eval_s": round(t2 - t1, 4)},
-    }
+            if progress:
+                print(f"[{exp.name}] extracting {exp.backbone.name} outputs on split {split!r}",
+                      file=sys.stderr)
+            outputs = guarded(f"extracting split {split!r}",
+                              lambda b=backbone, d=dataset, s=split, c=ctx: b.extract(d, s, c))
+            if not isinstance(outputs, ModelOutputs):
+                raise RunError(
+                    f"{where}: {names['backbone']}.extract returned "
+                    f"{type(outputs).__name__}, expected selbench.ModelOutputs"
+                )
+            cache.put(key, outputs, material)
+            cached = outputs
+        out[split] = cached
+    return out
 
 
 # --------------------------------------------------------------------------- entry point
@@ -511,8 +717,15 @@ def run(
     cache_dir: str | Path | None = None,
     progress: bool = True,
     plots: bool = True,
+    force: bool = False,
+    only: list[str] | tuple[str, ...] = (),
 ) -> RunReport:
     """Run every cell of ``spec`` not already finished in ``out_dir``; write the leaderboard.
+
+    A finished cell is reused only when its record is intact (checksums verified) and its key
+    — the spec's settings, the content of every input file, the code of every plugin it uses
+    and the core's metric definitions — is unchanged; every other cell is recomputed and the
+    report says why (:attr:`RunReport.reasons`).
 
     Args:
         spec: a spec path, a raw dict, or an already resolved spec.
@@ -522,73 +735,106 @@ def run(
         cache_dir: where backbone outputs are cached (default :func:`default_cache_dir`).
         progress: show progress bars on stderr.
         plots: also draw the figures into ``out_dir/plots/`` (see :mod:`selbench.plots`).
+        force: recompute every cell (or, with ``only``, every cell of those methods).
+        only: method labels whose cells ``force`` recomputes.
     """
     from tqdm.auto import tqdm
 
     from selbench.leaderboard import write_leaderboard
 
     resolved = spec if isinstance(spec, ResolvedSpec) else load_spec(spec, overrides=overrides)
+    labels = {m.label for e in resolved.spec.experiments for m in e.methods}
+    unknown = [lab for lab in only if lab not in labels]
+    if unknown:
+        raise SpecError([f"--only: no method labelled {lab!r}; the spec has "
+                         f"{', '.join(repr(x) for x in sorted(labels))}" for lab in unknown],
+                        resolved.source)
     dev = resolve_device(device or resolved.spec.device)
-    out = Path(out_dir) if out_dir is not None else Path("results") / resolved.spec.name
-    out.mkdir(parents=True, exist_ok=True)
+    results = ResultsDir(out_dir if out_dir is not None else Path("results") / resolved.spec.name)
+    results.prepare()
+    other = results.existing_spec_name()
+    if other is not None and other != resolved.spec.name:
+        raise ResultsError(
+            f"{results.root} holds the results of spec {other!r}, not {resolved.spec.name!r}; "
+            "use another --out (two specs never share a results directory)"
+        )
     cache = OutputCache(cache_dir)
-    cells = plan_cells(resolved, out)
+    cache.prepare()
+    with results.lock():
+        return _run_locked(resolved, results, cache, dev, progress, plots, force, set(only),
+                           tqdm, write_leaderboard)
 
+
+def _run_locked(resolved, results, cache, dev, progress, plots, force, only, tqdm,
+                write_leaderboard) -> RunReport:
+    ident = identify(resolved, cache)
+    cells = plan_cells(resolved, results, ident)
     canonical = resolved.canonical()
-    atomic_write_text(out / "spec.yaml", yaml.safe_dump(canonical, sort_keys=False, allow_unicode=True))
+    results.write_spec(yaml.safe_dump(canonical, sort_keys=False, allow_unicode=True))
     prov = provenance(resolved, dev)
-    atomic_write_json(
-        out / "run.json",
-        {
-            "provenance": prov,
-            "spec": canonical,
-            "cells": [str(c.path.relative_to(out)) for c in cells],
-            "cell_keys": [c.key for c in cells],
-        },
-    )
+    prov["inputs"] = ident.inputs
+    prov["code"] = {"core": ident.core, **ident.code}
+    results.write_run(RunRecord(
+        provenance=prov,
+        spec=canonical,
+        cells=[c.path.relative_to(results.root).as_posix() for c in cells],
+        cell_keys=[c.key for c in cells],
+    ))
 
-    report = RunReport(out)
-    todo = [c for c in cells if not cell_done(c)]
+    report = RunReport(results.root)
+    todo: list[Cell] = []
+    for c in cells:
+        label = resolved.spec.experiments[c.e_i].methods[c.m_i].label
+        if force and (not only or label in only):
+            todo.append(c)
+            report.reasons["--force"] = report.reasons.get("--force", 0) + 1
+            continue
+        check = results.check_cell(c.path, c.key, c.needs_arrays)
+        if check.record is not None:
+            continue
+        todo.append(c)
+        if check.problem != "missing":
+            reason = why_recomputed(c, check)
+            report.reasons[reason] = report.reasons.get(reason, 0) + 1
+            if check.previous is None:
+                print(f"selbench: warning: {c.path}: {check.problem}; recomputing it",
+                      file=sys.stderr)
     report.reused = len(cells) - len(todo)
+    for reason, n in report.reasons.items():
+        print(f"{n} cell(s) recomputed: {reason}", file=sys.stderr)
     by_exp: dict[int, list[Cell]] = {}
     for c in todo:
         by_exp.setdefault(c.e_i, []).append(c)
     bar = tqdm(total=len(todo), desc="methods", unit="cell", disable=not progress or not todo)
     try:
         for e_i, exp_cells in by_exp.items():
-            outputs = experiment_outputs(resolved, e_i, cache, dev, progress)
+            outputs = experiment_outputs(resolved, e_i, ident, cache, dev, progress)
             exp = resolved.spec.experiments[e_i]
             for group in method_groups(exp_cells):
-                m_i = group[0].m_i
-                label = f"experiments[{e_i}].methods[{m_i}] ({exp.methods[m_i].label!r})"
+                m = _Method(resolved, e_i, group[0].m_i)
                 fitted: dict[str, FittedCell] = {}
                 memo: dict = {}
+                scheme = m.build("scheme")
                 try:
-                    scheme = resolved.build("scheme", exp.methods[m_i].scheme)
                     if batches(scheme):
-                        bar.set_postfix_str(
-                            f"{exp.name}: {exp.methods[m_i].label} ({len(group)} replicas)"
-                        )
-                        fitted = fit_group(resolved, group, outputs, dev, scheme)
-                except (DataError, ValueError) as exc:
-                    raise RunError(f"{label}: {exc}") from exc
-                for cell in group:
-                    bar.set_postfix_str(f"{exp.name}: {exp.methods[m_i].label} seed {cell.seed}")
-                    try:
-                        record = run_cell(resolved, cell, outputs, dev, fitted.get(cell.key),
-                                          memo)
-                    except (DataError, ValueError) as exc:
-                        raise RunError(f"{label}: {exc}") from exc
-                    fitted.pop(cell.key, None)  # free the fitted modules as we go
-                    record["spec_hash"] = prov["spec_hash"]
-                    atomic_write_json(cell.path, record)
-                    report.computed += 1
-                    bar.update(1)
+                        bar.set_postfix_str(f"{exp.name}: {m.method.label} "
+                                            f"({len(group)} replicas)")
+                        fitted = fit_group(resolved, group, outputs, dev, scheme, m)
+                    for cell in group:
+                        bar.set_postfix_str(f"{exp.name}: {m.method.label} seed {cell.seed}")
+                        record, arrays = run_cell(resolved, cell, outputs, dev, m,
+                                                  fitted.get(cell.key), memo)
+                        fitted.pop(cell.key, None)  # free the fitted modules as we go
+                        results.write_cell(cell.path, record, arrays)
+                        report.computed += 1
+                        bar.update(1)
+                except EvaluationError as exc:  # sizes that do not fit the data
+                    raise RunError(str(exc)) from None
     finally:
         bar.close()
-    report.files = write_leaderboard(out)
+    report.files = write_leaderboard(results.root)
     if plots:
         from selbench.plots import write_plots
 
-        report.files += write_plots(out)
+        report.files += write_plots(results.root)
     return report
