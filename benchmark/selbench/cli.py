@@ -45,6 +45,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         cache_dir=args.cache_dir,
         progress=not args.no_progress,
         plots=not args.no_plots,
+        force=args.force or bool(args.only),
+        only=args.only or [],
     )
     md = report.out_dir / "leaderboard.md"
     if not args.quiet:
@@ -127,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmark selective recalibration methods from a YAML spec.",
     )
     parser.add_argument("--version", action="version", version=f"selbench {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the full traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("run", help="run a spec and write its leaderboard")
@@ -141,6 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--no-plots", action="store_true", help="do not draw the figures (plots/)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the leaderboard")
+    p.add_argument("--force", action="store_true",
+                   help="recompute every cell (with --only: every cell of those methods)")
+    p.add_argument("--only", nargs="+", metavar="LABEL",
+                   help="with or without --force: recompute the cells of these method labels")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("validate", help="check a spec (structure, plugins, parameters) without running")
@@ -169,28 +177,64 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def _bad_input_types() -> tuple[type[BaseException], ...]:
+    from selbench.inputs import InputError
+    from selbench.plugins import PluginError
+    from selbench.results import ResultsError
+    from selbench.spec import SpecError
+    from selbench.store import CacheError
+
+    return (SpecError, PluginError, ResultsError, CacheError, InputError)
+
+
+def _failed_run_types() -> tuple[type[BaseException], ...]:
     from selbench.data import DataError
     from selbench.leaderboard import LeaderboardError
-    from selbench.plugins import PluginError
     from selbench.runner import RunError
-    from selbench.spec import SpecError
 
-    args = build_parser().parse_args(argv)
+    return (RunError, DataError, LeaderboardError)
+
+
+def _os_message(exc: OSError) -> str:
+    where = f" {exc.filename}" if exc.filename else ""
+    return f"cannot access{where}: {exc.strerror or exc}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: one ``selbench: error:`` line and exit 2 (bad input) or 1 (a failed
+    run) for every error, whatever raised it; ``--debug`` adds the traceback."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv  # accepted anywhere on the line
+    try:
+        args = build_parser().parse_args([a for a in argv if a != "--debug"])
+    except SystemExit as exc:  # argparse: --help, --version, usage errors
+        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
     try:
         return args.func(args)
-    except SpecError as exc:
-        _err(str(exc))
-        return EXIT_BAD_INPUT
-    except PluginError as exc:
-        _err(str(exc))
-        return EXIT_BAD_INPUT
-    except (RunError, DataError, LeaderboardError, FileNotFoundError) as exc:
-        _err(str(exc))
-        return EXIT_RUN_FAILED
     except KeyboardInterrupt:
         _err("interrupted; finished cells are saved, rerun the same command to resume")
         return 130
+    except BaseException as exc:  # noqa: BLE001 - the one place every error becomes a line
+        if debug:
+            import traceback
+
+            traceback.print_exception(exc)
+        bad_input, failed = _bad_input_types(), _failed_run_types()
+        if isinstance(exc, bad_input):
+            _err(str(exc))
+            return EXIT_BAD_INPUT
+        if isinstance(exc, failed):
+            _err(str(exc))
+            return EXIT_RUN_FAILED
+        if isinstance(exc, OSError):
+            _err(_os_message(exc))
+            return EXIT_RUN_FAILED
+        if isinstance(exc, SystemExit):
+            _err(f"a plugin called sys.exit({exc.code!r}); rerun with --debug for the traceback")
+            return EXIT_RUN_FAILED
+        _err(f"unexpected {type(exc).__name__}: {exc} (a bug: rerun with --debug and report "
+             "the traceback)")
+        return EXIT_RUN_FAILED
 
 
 if __name__ == "__main__":  # pragma: no cover
