@@ -8,6 +8,7 @@ import torch
 from scipy.optimize import minimize, minimize_scalar
 from scipy.special import log_softmax
 from selbench import FitContext, ModelOutputs
+from selbench.api import SelectionLoss
 from selbench.plugins import get_registry
 from selbench_plugins.recalibrators._common import NotFittedError, equal_mass_edges
 from selbench_plugins.recalibrators.platt import LOGIT_CLIP, platt_inputs
@@ -135,11 +136,60 @@ def test_platt_binary_matches_sklearn():
     assert rec.weight_ == pytest.approx(a, rel=1e-4, abs=1e-5)
     assert rec.bias_ == pytest.approx(b, rel=1e-4, abs=1e-5)
     p1_new = 1 / (1 + np.exp(-(a * s + b)))
-    expected = np.where(out.predictions() == 1, p1_new, 1 - p1_new)
-    np.testing.assert_allclose(rec.confidence(out), expected, atol=1e-5)
+    # scored as the recalibrated vector [1 - p1', p1']: its top label and that label's
+    # probability (never below 0.5), whatever the backbone predicted
+    probs = np.stack([1 - p1_new, p1_new], axis=1)
+    np.testing.assert_array_equal(rec.predict(out), probs.argmax(1))
+    np.testing.assert_allclose(rec.confidence(out), probs.max(1), atol=1e-5)
+    assert rec.confidence(out).min() >= 0.5
     # binary log-probabilities are exactly [log(1 - p1'), log p1']
-    _, lp = rec.module(out, CTX)(torch.tensor(out.logits), torch.tensor(out.features))
+    module = rec.module(out, CTX)
+    conf, lp = module(torch.tensor(out.logits), torch.tensor(out.features))
     np.testing.assert_allclose(lp.exp().detach().numpy()[:, 1], p1_new, atol=1e-5)
+    np.testing.assert_allclose(conf.detach().numpy(), rec.confidence(out), atol=1e-7)
+    np.testing.assert_array_equal(module.predict(torch.tensor(out.logits)).numpy(),
+                                  rec.predict(out))
+
+
+def test_platt_binary_changes_the_prediction_where_p1_crosses_one_half():
+    """A backbone biased towards class 0: binary Platt moves the boundary, so the rows between
+    the two boundaries change class, with the confidence of the new class (> 0.5); a tie
+    p1' = 0.5 predicts class 0, as argmax does."""
+    rng = np.random.default_rng(11)
+    n = 2000
+    score = rng.normal(size=n)
+    labels = (rng.random(n) < 1 / (1 + np.exp(-(2 * score + 0.7)))).astype(np.int64)
+    logits = np.stack([np.zeros(n), 2 * score - 0.7], axis=1).astype(np.float32)
+    out = ModelOutputs(features=np.zeros((n, 1), np.float32), logits=logits, labels=labels)
+    rec = build("platt").fit(out, CTX)
+    pred = rec.predict(out)
+    changed = pred != out.predictions()
+    assert 0.2 < changed.mean() < 0.35, changed.mean()
+    assert np.all(pred[changed] == 1)
+    conf = rec.confidence(out)
+    assert conf.min() >= 0.5
+    # the confidence of the old prediction would be below 0.5 exactly on the changed rows
+    lp = rec.module(out, CTX)(torch.tensor(logits))[1].detach().numpy()
+    old_conf = np.exp(lp[np.arange(n), out.predictions()])
+    np.testing.assert_array_equal(old_conf < 0.5, changed)
+    np.testing.assert_allclose(conf, np.where(changed, 1 - old_conf, old_conf), atol=1e-6)
+    # the accuracy of the recalibrated prediction is higher
+    assert (pred == labels).mean() > out.correct().mean() + 0.03
+    # tie: t = 0 exactly gives [0.5, 0.5] -> class 0
+    with torch.no_grad():
+        rec.module_.weight.fill_(0.0)
+        rec.module_.bias.fill_(0.0)
+    np.testing.assert_array_equal(rec.predict(out), np.zeros(n))
+    np.testing.assert_array_equal(rec.confidence(out), np.full(n, 0.5))
+
+
+def test_platt_top_label_keeps_the_prediction():
+    out = synthetic(n=300, k=4, seed=12)
+    rec = build("platt").fit(out, CTX)
+    np.testing.assert_array_equal(rec.predict(out), out.predictions())
+    k2 = synthetic(n=300, k=2, seed=12)
+    rec2 = build("platt", {"mode": "top-label"}).fit(k2, CTX)
+    np.testing.assert_array_equal(rec2.predict(k2), k2.predictions())
 
 
 def test_platt_top_label_log_probs_share_the_rest_proportionally():
@@ -211,20 +261,62 @@ def test_equal_mass_edges_merge_ties():
     np.testing.assert_allclose(edges, [0.2, 0.55, 1.0])
 
 
-def test_platt_binning_takes_at_most_n_bins_values_and_is_seeded():
+@pytest.mark.parametrize("split", [False, True])
+def test_platt_binning_takes_at_most_n_bins_values(split):
     out = synthetic(n=400, k=4, seed=8)
     test = synthetic(n=300, k=4, seed=9)
-    rec = build("platt-binning", {"n_bins": 7}).fit(out, CTX)
+    params = {"n_bins": 7, "split": split}
+    rec = build("platt-binning", params).fit(out, CTX)
     c = rec.confidence(test)
     assert 2 <= len(np.unique(c)) <= 7
     assert np.all((c >= 0) & (c <= 1))
     # each output is a bin's mean Platt-scaled value, so it lies in the scaled range
     scaled = rec.platt_.confidence(test)
     assert c.min() >= scaled.min() - 0.2 and c.max() <= scaled.max() + 0.2
-    again = build("platt-binning", {"n_bins": 7}).fit(out, CTX).confidence(test)
+    np.testing.assert_array_equal(rec.predict(test), test.predictions())
+    again = build("platt-binning", params).fit(out, CTX).confidence(test)
     np.testing.assert_array_equal(c, again)
-    other = build("platt-binning", {"n_bins": 7}).fit(out, FitContext(seed=1)).confidence(test)
-    assert not np.array_equal(c, other)
+    other = build("platt-binning", params).fit(out, FitContext(seed=1)).confidence(test)
+    # only the split variant draws its halves from the seed
+    assert np.array_equal(c, other) != split
+
+
+def test_platt_binning_default_fits_platt_and_bins_on_all_data():
+    out = synthetic(n=400, k=4, seed=8)
+    rec = build("platt-binning", {"n_bins": 5}).fit(out, CTX)
+    whole = build("platt").fit(out, CTX)
+    assert rec.platt_.weight_fit_ == whole.weight_fit_
+    assert rec.platt_.bias_fit_ == whole.bias_fit_
+    # the bins: equal-mass groups of all 400 scaled fitting values, each outputs its mean
+    scaled = 1 / (1 + np.exp(-(whole.weight_fit_ * platt_inputs(out.logits, "top-label")
+                              + whole.bias_fit_)))
+    order = np.sort(scaled)
+    np.testing.assert_allclose(rec.edges_[:-1], (order[79:399:80] + order[80:400:80]) / 2,
+                               rtol=0, atol=1e-15)
+    np.testing.assert_allclose(rec.values_, order.reshape(5, 80).mean(1), rtol=0, atol=1e-15)
+    split = build("platt-binning", {"n_bins": 5, "split": True}).fit(out, CTX)
+    assert split.platt_.weight_fit_ != whole.weight_fit_
+    assert np.abs(split.confidence(out) - rec.confidence(out)).max() > 1e-3
+
+
+def test_platt_binning_binary_bins_p1_and_scores_its_top_label():
+    """Binary mode bins the Platt probability q of class 1 (Kumar et al.'s
+    PlattBinnerCalibrator) and is scored by the top label of [1 - q, q]."""
+    out = synthetic(n=600, k=2, seed=13, scale=0.5)
+    logits = out.logits.copy()
+    logits[:, 1] -= 1.0  # a biased backbone: binary Platt moves its boundary
+    out = ModelOutputs(features=out.features, logits=logits, labels=out.labels)
+    rec = build("platt-binning", {"n_bins": 6}).fit(out, CTX)
+    assert rec.platt_.mode_ == "binary"
+    platt = build("platt").fit(out, CTX)
+    s = platt_inputs(out.logits, "binary")
+    q1 = 1 / (1 + np.exp(-(platt.weight_fit_ * s + platt.bias_fit_)))
+    np.testing.assert_allclose(rec.edges_, equal_mass_edges(q1, 6), rtol=0, atol=1e-15)
+    q = rec.values_[np.searchsorted(rec.edges_, q1)]
+    probs = np.stack([1 - q, q], axis=1)
+    np.testing.assert_array_equal(rec.predict(out), probs.argmax(1))
+    np.testing.assert_allclose(rec.confidence(out), probs.max(1), rtol=0, atol=1e-15)
+    assert np.any(rec.predict(out) != out.predictions())
 
 
 # ---------------------------------------------------------------- mlp
@@ -259,3 +351,109 @@ def test_builtin_recalibrators_reject_other_objects(name):
         build(name).fit(out.logits, CTX)
     with pytest.raises(TypeError, match="ModelOutputs"):
         build(name).confidence(out.probabilities())
+
+
+# ------------------------------------------- training sees the recalibrated prediction
+def _biased_binary(n=300, seed=0):
+    """Binary outputs whose class-1 logit is 1.4 too low: Platt changes ~27% of predictions."""
+    rng = np.random.default_rng(seed)
+    u = rng.normal(size=n)
+    labels = (rng.random(n) < 1 / (1 + np.exp(-(2 * u + 0.7)))).astype(np.int64)
+    logits = np.stack([np.zeros(n), 2 * u - 0.7], axis=1).astype(np.float32)
+    feats = np.stack([u, rng.normal(size=n)], axis=1).astype(np.float32)
+    return ModelOutputs(features=feats, logits=logits, labels=labels)
+
+
+def _check_top_label_pairs(conf, correct, label_lp):
+    """conf and correct must be those of the top label of [1 - p1', p1'], whose label
+    log-probability is ``label_lp``: correct iff p'(y) > 1/2, conf = max(p'(y), 1 - p'(y))."""
+    p_y = np.exp(label_lp.astype(np.float64))
+    clear = np.abs(p_y - 0.5) > 1e-6
+    np.testing.assert_array_equal(correct[clear], (p_y > 0.5)[clear])
+    np.testing.assert_allclose(conf, np.maximum(p_y, 1 - p_y), atol=1e-5)
+    assert conf.min() >= 0.5 - 1e-6
+
+
+class _RecordingLoss(SelectionLoss):
+    """S-MCE-like loss (binary: equal to S-TLBCE) that records what the scheme passes it."""
+
+    needs_log_probs = True
+
+    def __init__(self):
+        self.seen = []
+
+    def __call__(self, g, confidence, correct, log_probs=None, labels=None):
+        lp = log_probs.gather(1, labels.view(-1, 1)).squeeze(1)
+        self.seen.append((confidence.detach().numpy(), correct.numpy(), lp.detach().numpy()))
+        return -(g * lp).mean()
+
+    @classmethod
+    def batched(cls, losses):
+        def fn(g, confidence, correct, label_log_prob=None):
+            for r, loss in enumerate(losses):
+                loss.via_batched = True
+                loss.seen.append((confidence[r].detach().numpy(), correct[r].numpy(),
+                                  label_log_prob[r].detach().numpy()))
+            return -(g * label_log_prob).mean(-1)
+        return fn
+
+
+@pytest.mark.parametrize("scheme", ["sequential", "joint"])
+@pytest.mark.parametrize("batched", [False, True])
+def test_training_sees_the_binary_platt_prediction_and_its_correctness(scheme, batched):
+    from selbench.api import FitJob
+
+    reg = get_registry()
+    out = _biased_binary()
+    jobs = [FitJob(out, reg.get("selector", "mlp").build({"hidden": [8]}), build("platt"),
+                   _RecordingLoss(), reg.get("loss", "quadratic").build(None),
+                   FitContext(seed=0, beta=beta)) for beta in (0.6, 0.8)]
+    sch = reg.get("scheme", scheme).build({"epochs": 3, "batch_size": 64, "lr": 0.05})
+    if batched:
+        sch.fit_many(jobs)
+    else:
+        for j in jobs:
+            sch.fit(j.outputs, selector=j.selector, recalibrator=j.recalibrator, loss=j.loss,
+                    coverage=j.coverage, context=j.context)
+    for job in jobs:
+        assert getattr(job.loss, "via_batched", False) == batched
+        assert len(job.loss.seen) == 3 * 5
+        for conf, correct, label_lp in job.loss.seen:
+            _check_top_label_pairs(conf, correct, label_lp)
+        rec = job.recalibrator
+        assert np.mean(rec.predict(out) != out.predictions()) > 0.15
+        if scheme == "joint":  # h was trained, and evaluates as it was trained
+            fitted = build("platt").fit(out, CTX)
+            assert abs(rec.weight_ - fitted.weight_) + abs(rec.bias_ - fitted.bias_) > 1e-3
+
+
+@pytest.mark.parametrize("scheme", ["sequential", "joint"])
+def test_binary_platt_solo_and_batched_training_agree_where_predictions_change(scheme):
+    """S-MMCE (whose kernel reads the confidence, so the top-label scoring matters) on data
+    where Platt changes ~27% of the predictions: each replica of fit_many ends where its
+    solo fit does."""
+    from selbench.api import FitJob
+
+    reg = get_registry()
+    outs = {s: _biased_binary(seed=s) for s in (0, 1)}
+    cells = ((0, 0.6), (0, 0.8), (1, 0.7))
+    results = []
+    for batched in (False, True):
+        jobs = [FitJob(outs[s], reg.get("selector", "mlp").build({"hidden": [8]}),
+                       build("platt"), reg.get("loss", "s-mmce").build(None),
+                       reg.get("loss", "quadratic").build(None), FitContext(seed=s, beta=b))
+                for s, b in cells]
+        sch = reg.get("scheme", scheme).build({"epochs": 5, "batch_size": 64, "lr": 0.05})
+        if batched:
+            sch.fit_many(jobs)
+        else:
+            for j in jobs:
+                sch.fit(j.outputs, selector=j.selector, recalibrator=j.recalibrator,
+                        loss=j.loss, coverage=j.coverage, context=j.context)
+        results.append([(j.recalibrator.predict(j.outputs), j.recalibrator.confidence(j.outputs),
+                         j.selector.score(j.outputs, j.recalibrator.confidence(j.outputs)))
+                        for j in jobs])
+    for (p1, c1, s1), (p2, c2, s2) in zip(*results):
+        np.testing.assert_array_equal(p1, p2)
+        np.testing.assert_allclose(c2, c1, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(s2, s1, atol=1e-5, rtol=0)

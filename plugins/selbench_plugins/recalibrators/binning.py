@@ -9,7 +9,7 @@ from selbench.api import FitContext, Params, Recalibrator
 from selbench.data import ModelOutputs
 
 from ._common import NotFittedError, bin_means, check_outputs, equal_mass_edges, lookup_bins
-from .platt import Mode, PlattScaling
+from .platt import Mode, PlattScaling, platt_inputs, platt_probability
 
 
 class HistogramBinningParams(Params):
@@ -19,6 +19,13 @@ class HistogramBinningParams(Params):
 class PlattBinningParams(Params):
     n_bins: int = Field(15, ge=1, description="number of equal-mass bins")
     mode: Mode = Field("auto", description="Platt mode of the scaling step (see platt)")
+    split: bool = Field(
+        False,
+        description="False (default): fit Platt scaling and the bins on all the fitting "
+        "data, as Kumar et al.'s PlattBinnerTopCalibrator (the paper's library); True: fit "
+        "Platt on a seeded random half and the bins on the other half (the sample-split "
+        "variant of Kumar et al., 2019, Alg. 1)",
+    )
 
 
 class HistogramBinning(Recalibrator):
@@ -53,33 +60,79 @@ class HistogramBinning(Recalibrator):
 class PlattBinning(Recalibrator):
     """Scaling-binning (Kumar et al., 2019): Platt scaling, then equal-mass binning.
 
-    The fitting examples are split at random (seeded by ``context.seed``) into two halves.
-    Platt scaling (see ``platt``, ``mode``) is fitted on the first; the second half's
-    Platt-scaled top-label confidences define ``n_bins`` equal-mass bins, and each bin
-    outputs the mean scaled confidence of the second-half examples in it (an empty bin its
-    midpoint). The output therefore takes at most ``n_bins`` distinct values. Learned
-    state: ``platt_`` (the fitted :class:`PlattScaling`), ``edges_``, ``values_``.
+    Platt scaling (see ``platt``, ``mode``) is fitted to the exact optimum; the Platt-scaled
+    values of the fitting examples define ``n_bins`` equal-mass bins (boundaries midway
+    between neighbouring groups, ties merged, as :class:`HistogramBinning`), and each bin
+    outputs the mean scaled value of the examples in it (an empty bin its midpoint), so
+    the output takes at most ``n_bins`` distinct values. Scaled values are computed in
+    float64 (:func:`~.platt.platt_probability`).
+
+    * ``split=False`` (default): Platt and the bins are both fitted on all the fitting
+      data, as Kumar et al.'s ``calibration`` package, which the paper used:
+      top-label mode is its ``PlattBinnerTopCalibrator`` (the same outputs, up to the
+      logistic-regression solver: the package stops scikit-learn's L-BFGS at its default
+      tolerance, this fit goes to the optimum), binary mode its ``PlattBinnerCalibrator``.
+    * ``split=True``: the fitting examples are split at random (seeded by
+      ``context.seed``) into two halves; Platt is fitted on the first and the bins on the
+      second half's scaled values (the sample-split of Kumar et al.'s Algorithm 1, which
+      their analysis assumes and their package does not do).
+
+    The binned value is the top-label confidence (top-label mode) or, binary mode, the
+    probability ``q`` of class 1, scored as the package scores ``[1-q, q]`` in top-label
+    mode: :meth:`predict` is its argmax (class 1 iff ``q > 0.5``, so the prediction may
+    change) and :meth:`confidence` ``max(q, 1-q)``. Learned state: ``platt_`` (the fitted
+    :class:`PlattScaling`), ``edges_``, ``values_``.
     """
 
-    def __init__(self, n_bins: int = 15, mode: Mode = "auto") -> None:
-        PlattBinningParams(n_bins=n_bins, mode=mode)
+    def __init__(self, n_bins: int = 15, mode: Mode = "auto", split: bool = False) -> None:
+        PlattBinningParams(n_bins=n_bins, mode=mode, split=split)
         self.n_bins = n_bins
         self.mode = mode
+        self.split = split
+
+    def _scaled(self, outputs: ModelOutputs) -> np.ndarray:
+        """Platt-scaled value of each example (float64): p(class 1) in binary mode, the
+        top-label confidence in top-label mode."""
+        platt = self.platt_
+        s = platt_inputs(outputs.logits, platt.mode_)
+        return platt_probability(s, platt.weight_fit_, platt.bias_fit_)
 
     def fit(self, outputs: ModelOutputs, context: FitContext) -> PlattBinning:
-        check_outputs(outputs, "recalibrator 'platt-binning'", min_rows=2)
-        n = len(outputs)
-        perm = context.generator(offset=1).permutation(n)
-        first, second = np.sort(perm[: n // 2]), np.sort(perm[n // 2 :])
-        self.platt_ = PlattScaling(mode=self.mode).fit(outputs.subset(first), context)
-        scaled = self.platt_.confidence(outputs.subset(second))
+        check_outputs(outputs, "recalibrator 'platt-binning'", min_rows=2 if self.split else 1)
+        if self.split:
+            n = len(outputs)
+            perm = context.generator(offset=1).permutation(n)
+            first, second = np.sort(perm[: n // 2]), np.sort(perm[n // 2 :])
+            platt_data, bin_data = outputs.subset(first), outputs.subset(second)
+        else:
+            platt_data = bin_data = outputs
+        self.platt_ = PlattScaling(mode=self.mode).fit(platt_data, context)
+        scaled = self._scaled(bin_data)
         self.edges_ = equal_mass_edges(scaled, self.n_bins)
         self.values_ = bin_means(self.edges_, scaled, scaled)
         return self
 
-    def confidence(self, outputs: ModelOutputs) -> np.ndarray:
+    def _binned(self, outputs: ModelOutputs) -> np.ndarray:
         check_outputs(outputs, "recalibrator 'platt-binning'")
         if getattr(self, "edges_", None) is None:
             raise NotFittedError("recalibrator 'platt-binning' is not fitted; call fit first")
-        scaled = self.platt_.confidence(outputs)
-        return self.values_[lookup_bins(self.edges_, scaled)].astype(np.float64)
+        if self.platt_.mode_ == "binary" and outputs.num_classes != 2:
+            raise ValueError(
+                f"logits: platt-binning was fitted in binary mode (K=2), got "
+                f"K={outputs.num_classes}"
+            )
+        return self.values_[lookup_bins(self.edges_, self._scaled(outputs))].astype(np.float64)
+
+    def confidence(self, outputs: ModelOutputs) -> np.ndarray:
+        q = self._binned(outputs)
+        if self.platt_.mode_ == "binary":
+            return np.stack([1.0 - q, q], axis=1).max(axis=1)
+        return q
+
+    def predict(self, outputs: ModelOutputs) -> np.ndarray:
+        """Binary mode: the argmax of ``[1-q, q]`` (first index on ties); top-label mode:
+        ``argmax(logits)``."""
+        q = self._binned(outputs)
+        if self.platt_.mode_ == "binary":
+            return np.argmax(np.stack([1.0 - q, q], axis=1), axis=1).astype(np.int64)
+        return outputs.predictions()

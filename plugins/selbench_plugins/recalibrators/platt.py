@@ -11,7 +11,14 @@ from pydantic import Field
 from selbench.api import FitContext, Params, Recalibrator
 from selbench.data import ModelOutputs
 
-from ._common import NotFittedError, check_outputs, fit_once_per_data, run_module
+from ._common import (
+    EVAL_CHUNK,
+    NotFittedError,
+    check_outputs,
+    device_of,
+    fit_once_per_data,
+    run_module,
+)
 
 #: the logit of a probability clipped to [1e-12, 1 - 1e-12], as in Kumar et al.'s code
 LOGIT_CLIP = math.log((1 - 1e-12) / 1e-12)
@@ -43,6 +50,16 @@ def platt_inputs(logits: np.ndarray, mode: str) -> np.ndarray:
         lse = m + np.log(np.exp(rest - m[:, None]).sum(axis=1))
         s = zt - lse
     return np.clip(s, -LOGIT_CLIP, LOGIT_CLIP)
+
+
+def platt_probability(s: np.ndarray, weight: float, bias: float) -> np.ndarray:
+    """``sigmoid(weight * s + bias)`` in float64, written as Kumar et al.'s
+    ``get_platt_scaler`` writes it (``1 / (1 + exp(-x))``): the Platt-scaled probability of
+    the Platt inputs ``s`` (:func:`platt_inputs`) — of class 1 (binary) or of the predicted
+    class being right (top-label)."""
+    x = np.asarray(s, dtype=np.float64) * float(weight) + float(bias)
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-x))
 
 
 def platt_targets(outputs: ModelOutputs, mode: str) -> np.ndarray:
@@ -101,8 +118,14 @@ class PlattModule(torch.nn.Module):
 
     ``t = weight * s + bias`` where ``s`` is the Platt input (see :func:`platt_inputs`).
 
-    * binary: ``p1' = sigmoid(t)``; log_probs = ``[log(1-p1'), log p1']``; the confidence
-      is ``p1'`` when the prediction is class 1, else ``1 - p1'``.
+    * binary: ``p1' = sigmoid(t)``; the recalibrated probability vector is ``[1-p1', p1']``
+      and log_probs = ``[log(1-p1'), log p1']``. Its top label is the prediction
+      (:meth:`predict`: class 1 when ``t > 0``, else class 0 — ``argmax`` picks the first
+      index on the tie ``p1' = 0.5``), which may differ from ``argmax(logits)``; the
+      confidence is that label's probability ``max(p1', 1-p1') = sigmoid(|t|)``, never
+      below 0.5. This is how Kumar et al.'s ``calibration`` package scores a binary Platt
+      output in top-label mode (``get_calibration_error([1-p1', p1'], labels,
+      mode='top-label')``).
     * top-label: confidence ``c = sigmoid(t)``; log_probs puts ``log c`` on the predicted
       class and shares ``1 - c`` among the other classes in proportion to their original
       probabilities: ``log p_k' = log(1-c) + z_k - logsumexp_{j != top} z_j``.
@@ -114,15 +137,22 @@ class PlattModule(torch.nn.Module):
         self.bias = torch.nn.Parameter(torch.tensor(float(bias), dtype=torch.float32))
         self.binary = bool(binary)
 
+    @property
+    def changes_prediction(self) -> bool:
+        """Binary Platt can change the predicted class (see :meth:`predict`)."""
+        return self.binary
+
+    def _binary_t(self, logits: torch.Tensor) -> torch.Tensor:
+        s = (logits[:, 1] - logits[:, 0]).clamp(-LOGIT_CLIP, LOGIT_CLIP)
+        return self.weight * s + self.bias
+
     def forward(self, logits: torch.Tensor, features: torch.Tensor | None = None):
         if self.binary:
-            s = (logits[:, 1] - logits[:, 0]).clamp(-LOGIT_CLIP, LOGIT_CLIP)
-            t = self.weight * s + self.bias
+            t = self._binary_t(logits)
             lp1 = torch.nn.functional.logsigmoid(t)
             lp0 = torch.nn.functional.logsigmoid(-t)
             log_probs = torch.stack([lp0, lp1], dim=-1)
-            pred1 = logits[:, 1] > logits[:, 0]  # argmax, first index on ties
-            conf = torch.where(pred1, lp1, lp0).exp()
+            conf = torch.nn.functional.logsigmoid(t.abs()).exp()  # max(p1', 1 - p1')
             return conf, log_probs
         top, idx = logits.max(dim=-1)
         rest = logits.scatter(-1, idx[:, None], float("-inf"))
@@ -133,6 +163,14 @@ class PlattModule(torch.nn.Module):
         log_rest = (rest - lse_rest[:, None]) + torch.nn.functional.logsigmoid(-t)[:, None]
         log_probs = log_rest.scatter(-1, idx[:, None], log_c[:, None])
         return log_c.exp(), log_probs
+
+    @torch.no_grad()
+    def predict(self, logits: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        """The recalibrated prediction, int64 ``[B]``: binary, the top label of
+        ``[1-p1', p1']`` (1 when ``t > 0``, else 0); top-label, ``argmax(logits)``."""
+        if self.binary:
+            return (self._binary_t(logits) > 0).long()
+        return logits.argmax(dim=-1)
 
     @classmethod
     def stacked(cls, modules: list[PlattModule], streams: int = 1, split: int = 1) -> BatchedPlatt:
@@ -149,6 +187,10 @@ class BatchedPlatt(torch.nn.Module):
     ``log p1'`` or ``log(1 - p1')``; top-label, whether the label is the predicted class and
     else ``z_y - logsumexp_{j != top} z_j``. A step is then elementwise in ``t = w s + b``,
     giving the values :class:`PlattModule` computes (to float rounding).
+
+    Binary Platt can change the prediction (``changes_prediction``): :meth:`correct` gives
+    each replica's correctness of its recalibrated prediction ``[R, B]`` (``prepare`` must
+    have had the labels), as :meth:`PlattModule.predict` compared with the labels.
     """
 
     uses_features = False
@@ -159,6 +201,7 @@ class BatchedPlatt(torch.nn.Module):
         if len(modes) != 1:
             raise ValueError("binary and top-label Platt modules cannot be stacked")
         self.binary = modes.pop()
+        self.changes_prediction = self.binary
         r = len(modules)
         self.replicas, self.streams = r, int(streams)
         shape = (self.streams, r // self.streams)
@@ -176,7 +219,7 @@ class BatchedPlatt(torch.nn.Module):
         if self.binary:
             s = (logits[..., 1] - logits[..., 0]).clamp(-LOGIT_CLIP, LOGIT_CLIP)
             one = torch.ones_like(s)
-            out = {"s": s, "sign": torch.where(logits[..., 1] > logits[..., 0], one, -one)}
+            out = {"s": s}
             if labels is not None:
                 out["label_sign"] = torch.where(labels == 1, one, -one)
             return out
@@ -191,12 +234,15 @@ class BatchedPlatt(torch.nn.Module):
             out["rest_y"] = torch.where(is_top, torch.zeros_like(z_y), z_y - lse_rest)
         return out
 
+    def _t(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.weight[:, :, None] * batch["s"][:, None, :] + self.bias[:, :, None]
+
     def forward(self, batch: dict[str, torch.Tensor], features: torch.Tensor | None,
                 need_log_prob: bool):
-        t = self.weight[:, :, None] * batch["s"][:, None, :] + self.bias[:, :, None]
+        t = self._t(batch)
         logsig = torch.nn.functional.logsigmoid
         if self.binary:
-            conf = logsig(batch["sign"][:, None, :] * t).exp().reshape(self.replicas, -1)
+            conf = logsig(t.abs()).exp().reshape(self.replicas, -1)
             if not need_log_prob:
                 return conf, None
             return conf, logsig(batch["label_sign"][:, None, :] * t).reshape(self.replicas, -1)
@@ -209,6 +255,16 @@ class BatchedPlatt(torch.nn.Module):
         return conf, label_lp.reshape(self.replicas, -1)
 
     @torch.no_grad()
+    def correct(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Binary: 1.0 where replica ``r``'s prediction (class 1 iff ``t > 0``) is the label,
+        float32 ``[R, B]``; needs ``batch["label_sign"]`` (``prepare`` with labels)."""
+        if not self.binary:
+            raise ValueError("top-label Platt keeps the prediction; use the data's correctness")
+        pred1 = self._t(batch) > 0
+        label1 = (batch["label_sign"] > 0)[:, None, :]
+        return (pred1 == label1).to(batch["s"].dtype).reshape(self.replicas, -1)
+
+    @torch.no_grad()
     def write_back(self, modules: list[PlattModule]) -> None:
         for module, w, b in zip(modules, self.weight.reshape(-1), self.bias.reshape(-1)):
             module.weight.copy_(w)
@@ -218,12 +274,19 @@ class BatchedPlatt(torch.nn.Module):
 class PlattScaling(Recalibrator):
     """Platt scaling: a 1-D logistic regression on the logit of a probability.
 
-    Binary mode (K=2) regresses the label on logit p(class 1) and reports p1' for a
-    predicted class 1, else 1 - p1'. Top-label mode regresses correctness on
-    logit(max prob) and reports the fitted probability as the top-label confidence (as
-    Kumar et al.'s ``PlattTopCalibrator``). Fitted unregularised to the exact optimum
-    (:func:`fit_logistic`); ``weight_`` / ``bias_`` are read live from the module, which a
-    joint scheme trains in place. See :class:`PlattModule` for the log-probability vector.
+    Binary mode (K=2) regresses the label on logit p(class 1) (Kumar et al.'s
+    ``PlattCalibrator``) and is scored as that package scores it in top-label mode: the
+    recalibrated probabilities are ``[1-p1', p1']``, :meth:`predict` returns their argmax
+    (class 1 iff p1' > 0.5; the prediction may differ from ``argmax(logits)``) and
+    :meth:`confidence` its probability ``max(p1', 1-p1')``. Top-label mode regresses
+    correctness on logit(max prob) and reports the fitted probability as the top-label
+    confidence of the unchanged prediction (as Kumar et al.'s ``PlattTopCalibrator``).
+
+    Fitted unregularised to the exact optimum (:func:`fit_logistic`; the package stops
+    scikit-learn's L-BFGS at its default tolerance, ~1e-4 off in the coefficients). The
+    fitted float64 coefficients are kept in ``weight_fit_`` / ``bias_fit_``; ``weight_`` /
+    ``bias_`` are read live from the (float32) module, which a joint scheme trains in
+    place. See :class:`PlattModule` for the log-probability vector.
     """
 
     differentiable = True
@@ -255,6 +318,7 @@ class PlattScaling(Recalibrator):
         a, b = fit_logistic(s, platt_targets(outputs, mode))
         self.mode_ = mode
         self.num_classes_ = outputs.num_classes
+        self.weight_fit_, self.bias_fit_ = a, b  # float64; the module holds float32 copies
         self.module_ = PlattModule(a, b, binary=(mode == "binary"))
         return self
 
@@ -278,6 +342,20 @@ class PlattScaling(Recalibrator):
     def confidence(self, outputs: ModelOutputs) -> np.ndarray:
         self._check(outputs)
         return np.clip(run_module(self.module_, outputs.logits), 0.0, 1.0)
+
+    def predict(self, outputs: ModelOutputs) -> np.ndarray:
+        """Binary mode: the top label of ``[1-p1', p1']`` (see the class docstring), computed
+        by the live module; top-label mode: ``argmax(logits)``."""
+        self._check(outputs)
+        if self.mode_ != "binary":
+            return outputs.predictions()
+        module = self.module_
+        device = device_of(module)
+        parts = []
+        for start in range(0, len(outputs), EVAL_CHUNK):
+            chunk = torch.tensor(outputs.logits[start : start + EVAL_CHUNK]).to(device)
+            parts.append(module.predict(chunk).cpu().numpy())
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
     def module(self, outputs: ModelOutputs, context: FitContext) -> torch.nn.Module:
         self._check(outputs)

@@ -29,7 +29,10 @@ the selector's module class and, for joint training, the recalibrator's module c
 ignore); the selector's maps ``x [streams, B, d] -> ĝ [R, B]``, the
 recalibrator's has ``uses_features``, ``prepare(logits [U, n, K], features, labels)`` (per
 example tensors computed once) and ``forward(batch, features [U, B, d] | None,
-need_log_prob) -> (confidence [R, B], label log-probability [R, B] | None)``. The loss and
+need_log_prob) -> (confidence [R, B], label log-probability [R, B] | None)``; one whose
+prediction can differ from ``argmax(logits)`` (binary Platt) sets ``changes_prediction``
+and defines ``correct(batch) -> [R, B]``, the correctness of each replica's current
+prediction (``prepare`` then gets the labels). The loss and
 coverage classes define ``batched(losses)`` returning per-replica loss functions (see
 :mod:`selbench_plugins.losses`).
 """
@@ -167,13 +170,18 @@ def train_many(name: str, params: Any, reps: Sequence[_Replica], *, train_h: boo
     jobs = [r.job for r in reps]
     device = jobs[0].context.torch_device()
     seeds = [int(j.context.seed) for j in jobs]
+    from .training import changes_prediction, recalibrated_correct
+
     trained_h = reps[0].h_module is not None
     need_lp = bool(jobs[0].loss.needs_log_probs)
+    # correctness of each replica's (recalibrated) prediction; h_net.correct replaces it
+    # at every step when a trained h can change its prediction
+    corrects = [recalibrated_correct(j.recalibrator, j.outputs) for j in jobs]
 
     def same(i: int, j: int) -> bool:
         a, b = jobs[i].outputs, jobs[j].outputs
         if not (np.array_equal(reps[i].x, reps[j].x)
-                and np.array_equal(a.correct(), b.correct())):
+                and np.array_equal(corrects[i], corrects[j])):
             return False
         return not trained_h or (np.array_equal(a.logits, b.logits)
                                  and np.array_equal(a.labels, b.labels)
@@ -188,7 +196,7 @@ def train_many(name: str, params: Any, reps: Sequence[_Replica], *, train_h: boo
 
     f32 = torch.float32
     x = torch.stack([to_tensor(reps[i].x, device, f32) for i in lead])  # [U, n, d]
-    correct = torch.stack([to_tensor(jobs[i].outputs.correct(), device, f32) for i in lead])
+    correct = torch.stack([to_tensor(corrects[i], device, f32) for i in lead])
     beta = torch.tensor([float(jobs[i].context.beta) for i in order], dtype=f32, device=device)
 
     threads = batched_threads(device)
@@ -201,15 +209,17 @@ def train_many(name: str, params: Any, reps: Sequence[_Replica], *, train_h: boo
     h_data: dict[str, torch.Tensor] = {}
     features = None
     frozen_conf = frozen_lp = None
+    h_predicts = False
     if trained_h:
         h_net = type(reps[0].h_module).stacked([reps[i].h_module for i in order], streams,
                                                split=split)
         h_net = h_net.to(device)
         uses_features = bool(getattr(h_net, "uses_features", True))
         parameters += list(h_net.parameters())
+        h_predicts = changes_prediction(h_net)
         logits = torch.stack([to_tensor(jobs[i].outputs.logits, device, f32) for i in lead])
         labels = None
-        if need_lp:
+        if need_lp or h_predicts:
             labels = torch.stack(
                 [to_tensor(jobs[i].outputs.labels, device, torch.int64) for i in lead]
             )
@@ -272,16 +282,19 @@ def train_many(name: str, params: Any, reps: Sequence[_Replica], *, train_h: boo
                     if noise_gens:  # the solo loop draws feature noise whether h reads it or not
                         draw = noise(d_feat, stop - start)
                         fb = fb + noise_std * draw if fb is not None else None
-                    conf_b, lp_b = h_net(
-                        {k: v[:, start:stop] for k, v in hp.items()}, fb, need_lp
-                    )
+                    hb = {k: v[:, start:stop] for k, v in hp.items()}
+                    conf_b, lp_b = h_net(hb, fb, need_lp)
+                    if h_predicts:
+                        cb = h_net.correct(hb)
                 else:
                     if train_h and noise_gens:  # the solo loop's feature noise, unused here
                         noise(d_feat, stop - start)
                     conf_b = confp[:, start:stop]
                     if lpp is not None:
                         lp_b = lpp[:, start:stop]
-                total = (sel_fn(g, conf_b, cp[:, start:stop], lp_b) + cov_fn(g, beta)).sum()
+                if not h_predicts:
+                    cb = cp[:, start:stop]
+                total = (sel_fn(g, conf_b, cb, lp_b) + cov_fn(g, beta)).sum()
                 optimizer.zero_grad(set_to_none=True)
                 total.backward()
                 optimizer.step()

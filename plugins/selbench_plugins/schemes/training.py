@@ -10,7 +10,11 @@ All three minimise ``loss(ĝ, ĥ, y^c) + coverage(ĝ, β)`` over mini-batches wi
   (selective recalibration proper); h must be differentiable.
 
 When h is frozen its confidence (and log-probabilities) are computed once before
-training. Shuffling, initial weights and input noise are seeded by ``context.seed``;
+training. The loss's ``correct`` is the correctness of h's prediction
+(``recalibrator.predict``, ``argmax(logits)`` unless h changes it); for a trained h that can
+change its prediction (binary Platt) it is recomputed at every step from the module's
+current prediction, so the loss always pairs a confidence with the correctness of the label
+that confidence is for. Shuffling, initial weights and input noise are seeded by ``context.seed``;
 training runs on ``context.device`` and the modules are moved back to the CPU after.
 
 ``fit`` trains one replica with :func:`train`, a plain loop over mini-batches.
@@ -98,6 +102,21 @@ def _check_args(
         )
 
 
+def recalibrated_correct(recalibrator: Recalibrator, outputs: ModelOutputs) -> np.ndarray:
+    """0/1 float64 correctness of the recalibrator's prediction (``recalibrator.predict``,
+    which for most recalibrators is ``argmax(logits)``; binary Platt may change it)."""
+    predict = getattr(recalibrator, "predict", None)
+    pred = outputs.predictions() if predict is None else np.asarray(predict(outputs))
+    return (pred == outputs.labels).astype(np.float64)
+
+
+def changes_prediction(module: torch.nn.Module | None) -> bool:
+    """Whether a trained h module's prediction can differ from ``argmax(logits)`` (it then
+    defines ``predict(logits, features)``, and the selective loss must see the correctness
+    of that prediction, recomputed at every step as h trains)."""
+    return bool(getattr(module, "changes_prediction", False))
+
+
 @torch.no_grad()
 def _frozen_confidence(
     name: str,
@@ -158,8 +177,7 @@ def train(
     need_lp = bool(loss.needs_log_probs)
 
     x = to_tensor(selector.inputs(outputs), device, torch.float32)
-    correct = to_tensor(outputs.correct(), device, torch.float32)
-    labels = to_tensor(outputs.labels, device, torch.int64) if need_lp else None
+    labels = None
 
     g_module = selector.init_module(outputs, context).to(device)
     parameters = list(g_module.parameters())
@@ -187,6 +205,13 @@ def train(
         conf_all, log_probs_all = _frozen_confidence(
             name, outputs, recalibrator, context, need_lp, device
         )
+    # the correctness of h's prediction: fixed, unless a trained h can change its prediction
+    h_predicts = changes_prediction(h_module)
+    correct = None
+    if not h_predicts:
+        correct = to_tensor(recalibrated_correct(recalibrator, outputs), device, torch.float32)
+    if need_lp or h_predicts:
+        labels = to_tensor(outputs.labels, device, torch.int64)
 
     optimizer = torch.optim.Adam(
         parameters, lr=params.lr, weight_decay=params.weight_decay, foreach=True
@@ -232,7 +257,14 @@ def train(
                         lp_b = log_probs_all[idx]
                 if labels is not None:
                     labels_b = labels[idx]
-                total = loss(g, conf_b, correct[idx], lp_b, labels_b) + coverage(g, beta)
+                if h_predicts:
+                    with torch.no_grad():
+                        correct_b = (h_module.predict(logits[idx], fb) == labels_b).float()
+                else:
+                    correct_b = correct[idx]
+                if not need_lp:
+                    labels_b = None
+                total = loss(g, conf_b, correct_b, lp_b, labels_b) + coverage(g, beta)
                 optimizer.zero_grad(set_to_none=True)
                 total.backward()
                 optimizer.step()
@@ -246,6 +278,9 @@ class _TrainingScheme(Scheme):
     name: str = ""
     #: whether h is trained together with g
     train_h: bool = False
+    requires = frozenset({"loss", "coverage"})
+    selector_must_be_trainable = True
+    loss_reads_recalibrator_log_probs = True
 
     def __init__(
         self,
@@ -368,6 +403,7 @@ class SelectionScheme(_TrainingScheme):
     """
 
     name = "selection"
+    fits_recalibrator = False  # h is used as given
 
     def _check_job(self, job: FitJob) -> None:
         super()._check_job(job)
@@ -399,6 +435,7 @@ class JointScheme(_TrainingScheme):
 
     name = "joint"
     train_h = True
+    recalibrator_must_be_differentiable = True
 
     def _check_job(self, job: FitJob) -> None:
         super()._check_job(job)
