@@ -8,6 +8,14 @@ A spec names every component as ``{name, params}``. Validation happens in two pa
 
 Every problem is reported as one line naming the YAML path, e.g.
 ``experiments[1].methods[3].recalibrator.params.lr: Input should be a valid number``.
+
+Validation catches everything that can be known without running: besides the structure,
+names and parameters, every combination of plugins is checked against the capabilities the
+plugins declare (:mod:`selbench.api`: a scheme's required losses and selector/recalibrator
+kinds, the dataset inputs a backbone reads), seeds lie in the range every seeded generator
+accepts (:data:`SEED_MAX`), names fit in one file-name component (:data:`NAME_MAX`), the
+declared input files exist, and the YAML itself is UTF-8, has no duplicated key and is not
+nested absurdly deep (:data:`MAX_DEPTH`).
 """
 
 from __future__ import annotations
@@ -17,17 +25,36 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from selbench.api import CoverageLoss, SelectionLoss
 from selbench.inputs import InputSpec, check_exists, declared_inputs, resolve_path
 from selbench.metrics import DEFAULT_BETAS
-from selbench.plugins import PluginError, Registry, format_validation_error, get_registry
+from selbench.plugins import (
+    PluginError,
+    Registered,
+    Registry,
+    format_validation_error,
+    get_registry,
+)
 
 __all__ = [
+    "MAX_DEPTH",
+    "NAME_MAX",
+    "SEED_MAX",
     "SPEC_VERSION",
     "Component",
     "ExperimentSpec",
@@ -41,6 +68,26 @@ __all__ = [
 ]
 
 SPEC_VERSION = 1
+
+#: Largest seed: numpy's ``default_rng`` takes non-negative integers, ``np.random.seed`` and
+#: scikit-learn's ``random_state`` take ``0 <= seed < 2**32``, ``torch.manual_seed`` takes
+#: ``< 2**64``; so every consumer accepts ``0 <= seed <= 2**32 - 1``.
+SEED_MAX = 2**32 - 1
+
+#: Longest spec or experiment name, in characters (ASCII only, so also bytes). Names become
+#: folder names (``results/<spec>/``, ``cells/<experiment>/``, ``plots/<experiment>/``), and a
+#: file-name component is at most 255 bytes; 200 leaves room for the temporary names of
+#: atomic writes (``.<name>.<random>.tmp``). Method labels need no bound: their folders are
+#: slugs of at most 55 characters.
+NAME_MAX = 200
+
+#: Deepest nesting of lists and mappings a spec may have (a real one needs about 8).
+MAX_DEPTH = 64
+
+#: Most values a spec may hold once YAML aliases are expanded (a real one has a few hundred).
+MAX_VALUES = 100_000
+
+_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
 
 
 class SpecError(ValueError):
@@ -81,8 +128,41 @@ class GuaranteeSpec(_Model):
     delta: float = Field(gt=0.0, lt=1.0)
 
 
+def _name_length(v: str) -> str:
+    if len(v) > NAME_MAX:
+        raise PydanticCustomError(
+            "name_too_long",
+            "names become folder names under results/; at most {limit} characters, got {n}",
+            {"limit": NAME_MAX, "n": len(v)},
+        )
+    return v
+
+
+def _seed_not_bool(v: Any) -> Any:
+    if isinstance(v, bool):
+        raise PydanticCustomError("seed_bool", "a seed is an integer, not true or false")
+    return v
+
+
+def _seed_range(v: int) -> int:
+    if not 0 <= v <= SEED_MAX:
+        raise PydanticCustomError(
+            "seed_range",
+            "seed {seed} is outside 0 <= seed <= {max} (2**32 - 1), the range numpy's and "
+            "torch's seeding accept",
+            {"seed": v, "max": SEED_MAX},
+        )
+    return v
+
+
+#: an experiment or spec name: one folder name under results/
+Name = Annotated[str, Field(min_length=1, pattern=_NAME_PATTERN), AfterValidator(_name_length)]
+#: a seed every seeded generator accepts (see :data:`SEED_MAX`)
+Seed = Annotated[int, BeforeValidator(_seed_not_bool), AfterValidator(_seed_range)]
+
+
 class ExperimentSpec(_Model):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+    name: Name
     dataset: Component
     backbone: Component
     fit_split: str = Field(description="labelled split the methods are fitted on")
@@ -130,9 +210,9 @@ class ExperimentSpec(_Model):
 
 class Spec(_Model):
     spec_version: Literal[1]
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+    name: Name
     description: str = ""
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     experiments: list[ExperimentSpec] = Field(min_length=1)
 
@@ -230,20 +310,188 @@ def content_hash(obj: Any) -> str:
 
 
 # --------------------------------------------------------------------------- loading
-def read_yaml(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise SpecError([f"{path}: no such file"], str(path))
+class _YamlProblem(Exception):
+    """A YAML document that cannot become a spec; ``line`` is 1-based."""
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None):
+        super().__init__(message)
+        self.message, self.line, self.column = message, line, column
+
+    def format(self) -> str:
+        where = f" (line {self.line}, column {self.column})" if self.line is not None else ""
+        return f"<yaml>{where}: {self.message}"
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """SafeLoader that refuses nesting deeper than :data:`MAX_DEPTH` while composing (so a
+    pathological file cannot exhaust Python's recursion limit)."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        if not self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent):
+            return super().compose_node(parent, index)
+        self._depth += 1  # lists and mappings only, as in _shape_problem
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise _YamlProblem(f"nested more than {MAX_DEPTH} levels deep",
+                                   mark.line + 1, mark.column + 1)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _duplicate_keys(root: yaml.Node) -> list[str]:
+    """``path: duplicate key ...`` for every mapping that sets a key twice (YAML would keep
+    only the last value). Keys brought in by a ``<<`` merge may be overridden: not reported.
+    Each node is visited once, whatever number of aliases refer to it."""
+    problems: list[str] = []
+    seen_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend((child, f"{path}[{i}]") for i, child in enumerate(node.value))
+        elif isinstance(node, yaml.MappingNode):
+            first: dict[tuple[str, str], yaml.Node] = {}
+            for key, value in node.value:
+                if key.tag == _MERGE_TAG:
+                    stack.append((value, path))
+                    continue
+                if not isinstance(key, yaml.ScalarNode):
+                    stack.append((value, f"{path}.?" if path else "?"))
+                    continue
+                sub = f"{path}.{key.value}" if path else str(key.value)
+                ident = (key.tag, key.value)
+                if ident in first:
+                    prev = first[ident].start_mark
+                    mark = key.start_mark
+                    problems.append(
+                        f"{sub}: duplicate key {key.value!r} at line {mark.line + 1}, column "
+                        f"{mark.column + 1} (first set at line {prev.line + 1}, column "
+                        f"{prev.column + 1}); YAML would silently keep only the last value"
+                    )
+                else:
+                    first[ident] = key
+                stack.append((value, sub))
+    return problems
+
+
+def _parse_yaml(text: str) -> Any:
+    """Parse one YAML document with :class:`_SpecLoader`; raises :class:`_YamlProblem` or
+    ``SpecError`` (duplicate keys)."""
     try:
-        data = yaml.safe_load(path.read_text())
+        loader = _SpecLoader(text)  # checks that every character is printable
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                return None
+            dups = _duplicate_keys(node)
+            if dups:
+                raise SpecError(dups)
+            return loader.construct_document(node)
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = exc.problem or exc.context or str(exc).splitlines()[0]
+        raise _YamlProblem(problem, *((mark.line + 1, mark.column + 1) if mark else ())) from None
+    except yaml.reader.ReaderError as exc:  # a non-printable character
+        before = text[: exc.position]
+        char = exc.character if isinstance(exc.character, int) else ord(exc.character[:1] or "?")
+        raise _YamlProblem(
+            f"unacceptable character U+{char:04X} ({exc.reason})",
+            before.count("\n") + 1, exc.position - (before.rfind("\n") + 1) + 1,
+        ) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError([f"<yaml>{where}: {problem}"], str(path)) from None
+        raise _YamlProblem(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+    except RecursionError:  # not expected with the depth limit above; never a traceback
+        raise _YamlProblem(f"nested too deeply to read (at most {MAX_DEPTH} levels)") from None
+
+
+def read_yaml(path: str | Path) -> dict:
+    """Read a spec file: UTF-8 YAML, one mapping, no duplicated key; raises
+    :class:`SpecError` naming the file and, for YAML problems, the line."""
+    path = Path(path)
+    src = str(path)
+    if path.is_dir():
+        raise SpecError([f"{path}: is a folder, not a spec file"], src)
+    try:
+        blob = path.read_bytes()
+    except FileNotFoundError:
+        raise SpecError([f"{path}: no such file"], src) from None
+    except OSError as exc:
+        raise SpecError([f"{path}: cannot read ({exc.strerror or exc})"], src) from None
+    try:
+        text = blob.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = blob[: exc.start]
+        line = before.count(b"\n") + 1
+        column = exc.start - (before.rfind(b"\n") + 1) + 1
+        raise SpecError([
+            f"{path}: not UTF-8 text: byte 0x{blob[exc.start]:02x} at byte offset {exc.start} "
+            f"(line {line}, column {column}); save the spec as UTF-8"
+        ], src) from None
+    try:
+        data = _parse_yaml(text)
+    except _YamlProblem as exc:
+        raise SpecError([exc.format()], src) from None
+    except SpecError as exc:
+        raise SpecError(exc.errors, src) from None
+    if data is None:
+        raise SpecError([f"{path}: the file is empty; a spec is a YAML mapping with "
+                         "spec_version, name, ..."], src)
     if not isinstance(data, dict):
-        raise SpecError(["<root>: a spec is a YAML mapping with spec_version, name, ..."], str(path))
+        raise SpecError(["<root>: a spec is a YAML mapping with spec_version, name, ..."], src)
     return data
+
+
+def _shape_problem(data: Any) -> str | None:
+    """A raw spec's nesting deeper than :data:`MAX_DEPTH`, a reference cycle, or more than
+    :data:`MAX_VALUES` values once shared (aliased) parts are expanded; else None."""
+    height: dict[int, tuple[int, int]] = {}  # id -> (levels below, values within)
+    on_path: set[int] = set()
+    stack: list[tuple[Any, str, int, bool]] = [(data, "", 0, False)]
+    while stack:
+        obj, path, depth, done = stack.pop()
+        if isinstance(obj, dict):
+            children = [(f"{path}.{k}" if path else str(k), v) for k, v in obj.items()]
+        elif isinstance(obj, list):
+            children = [(f"{path}[{i}]", v) for i, v in enumerate(obj)]
+        else:
+            continue
+        key = id(obj)
+        where = path or "<root>"
+        if done:
+            on_path.discard(key)
+            sub = [height.get(id(v), (0, 1)) for _, v in children]
+            h = 1 + max((d for d, _ in sub), default=0)
+            n = 1 + sum(c for _, c in sub)
+            if n > MAX_VALUES:
+                return f"{where}: more than {MAX_VALUES} values (YAML aliases expand to too much)"
+            height[key] = (h, n)
+            continue
+        if key in on_path:
+            return f"{where}: refers to itself (a reference cycle)"
+        if key in height:
+            if depth + height[key][0] > MAX_DEPTH:
+                return f"{where}: nested more than {MAX_DEPTH} levels deep"
+            continue
+        if depth >= MAX_DEPTH:
+            return f"{where}: nested more than {MAX_DEPTH} levels deep"
+        on_path.add(key)
+        stack.append((obj, path, depth, True))
+        stack.extend((v, sub_path, depth + 1, False) for sub_path, v in children)
+    return None
 
 
 _TOKEN = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
@@ -278,8 +526,14 @@ def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...]) -> dict:
         key, _, value = item.partition("=")
         try:
             parts = _parse_path(key.strip())
-            parsed = yaml.safe_load(value) if value.strip() else ""
-        except (ValueError, yaml.YAMLError) as exc:
+            parsed = _parse_yaml(value) if value.strip() else ""
+        except _YamlProblem as exc:
+            errors.append(f"--set {item}: {exc.format()}")
+            continue
+        except SpecError as exc:
+            errors += [f"--set {item}: {e}" for e in exc.errors]
+            continue
+        except ValueError as exc:
             errors.append(f"--set {item}: {exc}")
             continue
         node: Any = data
@@ -337,9 +591,15 @@ def load_spec(
 ) -> ResolvedSpec:
     """Read, validate and resolve a spec (path or dict); raises :class:`SpecError`."""
     label = None if isinstance(source, dict) else str(source)
-    raw = copy.deepcopy(source) if isinstance(source, dict) else read_yaml(source)
-    if overrides:
+    raw = source if isinstance(source, dict) else read_yaml(source)
+    problem = _shape_problem(raw)
+    if problem is None and overrides:
         raw = apply_overrides(raw, overrides)
+        problem = _shape_problem(raw)
+    if problem is not None:
+        raise SpecError([problem], label)
+    if raw is source:
+        raw = copy.deepcopy(source)
     try:
         spec = Spec.model_validate(raw)
     except ValidationError as exc:
@@ -348,24 +608,29 @@ def load_spec(
     errors: list[str] = []
     for e_i, exp in enumerate(spec.experiments):
         base = f"experiments[{e_i}]"
-        _check(registry, "dataset", exp.dataset, f"{base}.dataset", errors)
-        _check(registry, "backbone", exp.backbone, f"{base}.backbone", errors)
+        dataset = _check(registry, "dataset", exp.dataset, f"{base}.dataset", errors)
+        backbone = _check(registry, "backbone", exp.backbone, f"{base}.backbone", errors)
+        if dataset is not None and backbone is not None:
+            _check_inputs_kind(registry, dataset, backbone, f"{base}.backbone", errors)
         for m_i, m in enumerate(exp.methods):
             mbase = f"{base}.methods[{m_i}]"
+            regs: dict[str, Registered | None] = {}
             for kind, field in _METHOD_FIELDS:
                 comp = getattr(m, field)
                 if comp is None:
                     continue
-                reg = _check(registry, kind, comp, f"{mbase}.{field}", errors)
+                reg = regs[field] = _check(registry, kind, comp, f"{mbase}.{field}", errors)
                 if reg is not None and field in ("loss", "coverage"):
                     want = SelectionLoss if field == "loss" else CoverageLoss
                     factory = reg.plugin.factory
                     if isinstance(factory, type) and not issubclass(factory, want):
+                        regs[field] = None  # not checked against the scheme below
                         errors.append(
                             f"{mbase}.{field}.name: {comp.name!r} is a "
                             f"{'coverage' if field == 'loss' else 'selection'} loss; "
                             f"`{field}` expects a {want.__name__}"
                         )
+            _check_method(registry, m, regs, mbase, errors)
     if errors:
         raise SpecError(errors, label)
     resolved = ResolvedSpec(spec, registry, raw, label)
@@ -396,3 +661,127 @@ def _check(registry: Registry, kind: str, comp: Component, path: str, errors: li
     except ValidationError as exc:
         errors.extend(format_validation_error(exc, f"{path}.params"))
     return reg
+
+
+# --------------------------------------------------------------------------- capabilities
+# What plugins declare about each other (see the table in :mod:`selbench.api`), read from
+# the factory when it is a class. Nothing here depends on a plugin's name.
+_UNDECLARED = object()
+
+
+def _cap(reg: Registered | None, attr: str, default: Any = _UNDECLARED) -> Any:
+    """The capability ``attr`` of a plugin's factory class; ``default`` when the class does
+    not have it; :data:`_UNDECLARED` when the factory is not a class (nothing known)."""
+    factory = reg.plugin.factory if reg is not None else None
+    if not isinstance(factory, type):
+        return _UNDECLARED
+    return getattr(factory, attr, default)
+
+
+def _names(registry: Registry, kind: str, want: Any, sep: str = ", ") -> str:
+    """The registered plugins of ``kind`` whose factory satisfies ``want(factory)``."""
+    return sep.join(r.plugin.name for r in registry.all(kind)
+                    if isinstance(r.plugin.factory, type) and want(r.plugin.factory))
+
+
+def _hint(text: str, names: str) -> str:
+    return _hints((text, names))
+
+
+def _hints(*pairs: tuple[str, str]) -> str:
+    """`` (a: x, y; b: z)`` for the (text, names) pairs whose names are not empty."""
+    parts = [f"{text}: {names}" for text, names in pairs if names]
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _check_inputs_kind(registry: Registry, dataset: Registered, backbone: Registered,
+                       path: str, errors: list[str]) -> None:
+    """The dataset's ``input_kind`` must be one of the backbone's ``input_kinds``."""
+    provided = _cap(dataset, "input_kind", None)
+    accepted = _cap(backbone, "input_kinds", None)
+    if not isinstance(provided, str) or accepted in (None, _UNDECLARED) or provided in accepted:
+        return
+    others = _names(registry, "backbone",
+                    lambda f: provided in (getattr(f, "input_kinds", None) or ()))
+    errors.append(
+        f"{path}.name: backbone {backbone.plugin.name!r} reads {' or '.join(sorted(accepted))} "
+        f"inputs, but dataset {dataset.plugin.name!r} provides {provided}"
+        + _hint(f"backbones that read {provided}", others)
+    )
+
+
+def _check_method(registry: Registry, m: MethodSpec, regs: dict[str, Registered | None],
+                  mbase: str, errors: list[str]) -> None:
+    """A method's selector, recalibrator and losses against its scheme's declarations."""
+    scheme = regs.get("scheme")
+    if scheme is None or not isinstance(scheme.plugin.factory, type):
+        return
+    name = scheme.plugin.name
+    requires = _cap(scheme, "requires", frozenset())
+    if "loss" in requires and m.loss is None:
+        choices = _names(registry, "loss", lambda f: issubclass(f, SelectionLoss), "|")
+        errors.append(f"{mbase}.loss: scheme {name!r} needs a selective loss "
+                      f"(loss: {{name: {choices or '...'}}})")
+    if "coverage" in requires and m.coverage is None:
+        choices = _names(registry, "loss", lambda f: issubclass(f, CoverageLoss), "|")
+        errors.append(f"{mbase}.coverage: scheme {name!r} needs a coverage loss "
+                      f"(coverage: {{name: {choices or '...'}}})")
+
+    selector = regs.get("selector")
+    must_train = _cap(scheme, "selector_must_be_trainable", None)
+    trainable = _cap(selector, "trainable", False)
+    if must_train is not None and trainable is not _UNDECLARED and bool(trainable) != must_train:
+        sel = f"selector {m.selector.name!r}"
+        if must_train:
+            errors.append(
+                f"{mbase}.selector.name: scheme {name!r} trains the selector through its loss; "
+                f"{sel} is not trainable"
+                + _hint("trainable selectors", _names(
+                    registry, "selector", lambda f: getattr(f, "trainable", False)))
+            )
+        else:
+            errors.append(
+                f"{mbase}.selector.name: scheme {name!r} only fits non-trainable selectors; "
+                f"{sel} is trained through a loss"
+                + _hint("schemes that train it", _names(
+                    registry, "scheme", lambda f: getattr(f, "selector_must_be_trainable", None)
+                    is True))
+            )
+
+    recal = regs.get("recalibrator")
+    rname = f"recalibrator {m.recalibrator.name!r}"
+    differentiable = _cap(recal, "differentiable", False)
+    not_differentiable = differentiable is not _UNDECLARED and not differentiable
+    if _cap(scheme, "recalibrator_must_be_differentiable", False) and not_differentiable:
+        errors.append(
+            f"{mbase}.recalibrator.name: scheme {name!r} trains the recalibrator with the "
+            f"selector and needs a differentiable one; {rname} is not"
+            + _hint("differentiable recalibrators", _names(
+                registry, "recalibrator", lambda f: getattr(f, "differentiable", False)))
+        )
+        not_differentiable = False  # reported once: the log-probabilities follow from it
+    if (not _cap(scheme, "fits_recalibrator", True)
+            and _cap(recal, "usable_unfitted", None) is False):
+        errors.append(
+            f"{mbase}.recalibrator.name: scheme {name!r} uses the recalibrator as given, "
+            f"without fitting it; {rname} must be fitted first"
+            + _hint("recalibrators usable unfitted", _names(
+                registry, "recalibrator", lambda f: getattr(f, "usable_unfitted", None) is True))
+        )
+
+    loss = regs.get("loss")
+    if (_cap(scheme, "loss_reads_recalibrator_log_probs", False)
+            and _cap(loss, "needs_log_probs", False) is True
+            and (not_differentiable or _cap(recal, "provides_log_probs", None) is False)):
+        errors.append(
+            f"{mbase}.loss.name: loss {m.loss.name!r} needs the recalibrator's "
+            f"log-probabilities, which {rname} does not provide"
+            + _hints(
+                ("losses that do not need them", _names(
+                    registry, "loss", lambda f: issubclass(f, SelectionLoss)
+                    and not getattr(f, "needs_log_probs", False))),
+                ("recalibrators that provide them", _names(
+                    registry, "recalibrator", lambda f: getattr(f, "differentiable", False)
+                    and getattr(f, "provides_log_probs", None) is True)),
+            )
+        )
