@@ -119,6 +119,8 @@ class DigitsNet(Backbone):
     and ``train_accuracy_``.
     """
 
+    input_kinds = frozenset({"image-array"})
+
     def __init__(
         self,
         train_split: str = "train",

@@ -63,6 +63,8 @@ class TheoryLinear(Backbone):
     state: ``theta_hat_`` (set by the first :meth:`extract`).
     """
 
+    input_kinds = frozenset({"vectors"})
+
     def __init__(self, train_split: str = "train"):
         self.train_split = TheoryLinearParams(train_split=train_split).train_split
 

@@ -192,6 +192,7 @@ class Digits(Dataset):
     """
 
     num_classes = 10
+    input_kind = "image-array"  # float images [N, 1, 8, 8]
 
     def __init__(
         self,

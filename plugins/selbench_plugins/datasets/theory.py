@@ -121,6 +121,7 @@ class TheoryMixture(Dataset):
     """
 
     num_classes = 2
+    input_kind = "vectors"  # float32 [N, dim]
 
     def __init__(
         self,

@@ -47,6 +47,8 @@ class RecalibrationScheme(Scheme):
     schemes train it. ``loss`` and ``coverage`` are not used.
     """
 
+    selector_must_be_trainable = False
+
     def __init__(self, fit_on: Literal["all", "accepted"] = "all") -> None:
         RecalibrationParams(fit_on=fit_on)
         self.fit_on = fit_on
