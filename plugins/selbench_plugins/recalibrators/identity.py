@@ -26,6 +26,8 @@ class IdentityRecalibrator(Recalibrator):
     """
 
     differentiable = True
+    provides_log_probs = True
+    usable_unfitted = True
 
     def __init__(self) -> None:
         NoParams()

@@ -104,6 +104,8 @@ class MLPRecalibrator(Recalibrator):
     """
 
     differentiable = True
+    provides_log_probs = False  # its module returns (confidence, None)
+    usable_unfitted = False
 
     def __init__(
         self,

@@ -181,6 +181,8 @@ class TemperatureScaling(Recalibrator):
     """
 
     differentiable = True
+    provides_log_probs = True
+    usable_unfitted = False
 
     def __init__(self, min_temperature: float = 1e-3, max_temperature: float = 1e3) -> None:
         TemperatureParams(min_temperature=min_temperature, max_temperature=max_temperature)
