@@ -101,6 +101,8 @@ class ClipZeroShot(Backbone):
     """Zero-shot open_clip classifier: logits = logit_scale × cosine(image, class prompts);
     features = normalised image embedding."""
 
+    input_kinds = frozenset({"image-items"})
+
     def __init__(
         self,
         model: str = "ViT-B-32",

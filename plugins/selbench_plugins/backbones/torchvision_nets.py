@@ -78,6 +78,8 @@ def load_state_dict_file(path: Path, what: str) -> dict:
 class TorchvisionClassifier(Backbone):
     """A torchvision ImageNet classifier: pooled penultimate features + logits."""
 
+    input_kinds = frozenset({"image-items"})
+
     arch = "resnet34"
     head = "fc"
     display = "ResNet-34"

@@ -140,6 +140,8 @@ def _load_checkpoint(path: Path) -> object:
 class WildsNet(Backbone):
     """A torchvision network trained by the WILDS code, loaded from its checkpoint."""
 
+    input_kinds = frozenset({"image-items"})
+
     arch = ""
     head = ""
     default_normalization = "imagenet"

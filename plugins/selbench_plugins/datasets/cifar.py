@@ -160,6 +160,7 @@ class CIFAR100(Dataset):
     """CIFAR-100 from the official python release; splits ``train`` and ``test``."""
 
     num_classes = 100
+    input_kind = "image-items"
 
     def __init__(
         self,
@@ -249,6 +250,7 @@ class CIFAR100C(Dataset):
     shift experiment); test domain = corruption × severity."""
 
     num_classes = 100
+    input_kind = "image-items"
 
     def __init__(
         self,

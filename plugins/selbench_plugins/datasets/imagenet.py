@@ -61,6 +61,8 @@ class ImageNetVal(Dataset):
     """ILSVRC2012 validation images (ImageFolder layout), one split ``val``; standard ResNet
     evaluation geometry (resize 256, centre crop 224)."""
 
+    input_kind = "image-items"
+
     def __init__(self, root: str = "data/imagenet/val", resize: int = 256, crop: int = 224):
         if crop > resize:
             raise ValueError(f"crop={crop} must not exceed resize={resize}")

@@ -104,6 +104,8 @@ class PrecomputedDataset(Dataset):
     """Model outputs from an ``.npz`` (labels + logits or probabilities, optional features,
     domain, split tags); each split's inputs are ready :class:`ModelOutputs`."""
 
+    input_kind = "model-outputs"
+
     def __init__(
         self,
         path: str,
@@ -301,6 +303,8 @@ def _role_message(exc: Exception, keys: dict[str, str]) -> str:
 
 class PrecomputedBackbone(Backbone):
     """Pass-through: returns the dataset's ready-made outputs (use with ``precomputed``)."""
+
+    input_kinds = frozenset({"model-outputs"})
 
     def extract(self, dataset: Dataset, split: str, context: FitContext) -> ModelOutputs:
         data = dataset.split(split)

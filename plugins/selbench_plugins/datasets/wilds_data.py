@@ -90,6 +90,8 @@ class _WildsInput:
 class WildsImageDataset(Dataset):
     """A WILDS image dataset read through the ``wilds`` package (base of the plugins)."""
 
+    input_kind = "image-items"
+
     #: WILDS dataset name
     wilds_name: str = ""
     #: human-readable name used in messages
