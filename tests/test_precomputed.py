@@ -155,8 +155,43 @@ def test_passthrough_backbone_rejects_image_datasets(tmp_path):
 
             return SplitData(inputs=np.zeros((2, 3, 4, 4)), labels=np.zeros(2, dtype=np.int64))
 
-    with pytest.raises(TypeError, match="pair it with the 'precomputed' dataset"):
+    # a DataError, so the runner reports it for its experiment (still a TypeError too)
+    with pytest.raises(DataError, match="pair it with the 'precomputed' dataset") as info:
         PrecomputedBackbone().extract(Images(), "val", CTX)
+    assert isinstance(info.value, TypeError)
+
+
+def test_path_is_a_declared_input_relative_to_the_spec(tmp_path, arrays, monkeypatch):
+    from selbench.inputs import InputSpec, declared_inputs
+    from selbench.runner import run
+    from selbench.spec import SpecError, load_spec
+
+    assert declared_inputs(PrecomputedParams) == {"path": InputSpec("file")}
+    project = tmp_path / "project"
+    project.mkdir()
+    np.savez(project / "outputs.npz", labels=arrays["labels"], logits=arrays["logits"])
+    spec = {
+        "spec_version": 1, "name": "relative", "seeds": [0],
+        "experiments": [{
+            "name": "mine", "dataset": {"name": "precomputed", "params": {"path": "outputs.npz"}},
+            "backbone": {"name": "precomputed"}, "fit_split": "val", "eval_split": "test",
+            "n_fit": 10, "betas": [0.5, 1.0], "train_beta": 0.5,
+            "methods": [{"label": "None", "scheme": {"name": "recalibration"}}],
+        }],
+    }  # fmt: skip
+    (project / "spec.yaml").write_text(json.dumps(spec))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the path is the spec's neighbour, not the cwd's
+    resolved = load_spec(project / "spec.yaml")
+    params = resolved.canonical()["experiments"][0]["dataset"]["params"]
+    assert params["path"] == str(project / "outputs.npz")
+    report = run(project / "spec.yaml", out_dir=tmp_path / "out", progress=False, plots=False)
+    assert report.computed == 1
+    spec["experiments"][0]["dataset"]["params"]["path"] = "missing.npz"
+    (project / "spec.yaml").write_text(json.dumps(spec))
+    with pytest.raises(SpecError, match=r"dataset.params.path: no such file: .*project/missing.npz"):
+        load_spec(project / "spec.yaml")
 
 
 def test_registered_under_both_kinds():

@@ -8,21 +8,25 @@ cropped 224: together that is torchvision's standard evaluation transform).
 Weights: ``weights: IMAGENET1K_V1`` (default, the weights the paper used) are read from the
 torch hub cache (``$TORCH_HOME/hub/checkpoints``, default ``~/.cache/torch/hub/checkpoints``)
 and **never downloaded**: a missing file is a ``FileNotFoundError`` naming the file and the
-URL. ``weights`` may also be the path of a state-dict file, or ``null`` for a random
-initialisation (seeded by ``init_seed``; the classifier then has one output per class of the
-dataset — for tests and smoke runs only).
+URL. ``weights_file`` instead loads a state-dict file (a declared input: relative to the
+spec's folder, content-hashed into the cache keys); ``weights: null`` without a file is a
+random initialisation (seeded by ``init_seed``; the classifier then has one output per class
+of the dataset — for tests and smoke runs only). For older specs, a ``weights`` value that is
+not a name (it has a ``/``, a ``.`` or a ``~``) is read as ``weights_file``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import Field, create_model
+from pydantic import Field, create_model, model_validator
 from selbench.api import Backbone, Dataset, FitContext, Params, Plugin
 from selbench.data import ModelOutputs
+from selbench.inputs import InputFile
 
 from selbench_plugins.backbones.extract import (
     extract_outputs,
@@ -47,13 +51,55 @@ def loader_fields() -> dict:
     }  # fmt: skip
 
 
+#: a weights *name* (torchvision's weights enum members, open_clip's pretrained tags); any
+#: other value (with a '/', a '.', a '~' ...) is a file path
+_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def is_weights_name(value: str) -> bool:
+    """True for a name such as ``IMAGENET1K_V1`` or ``laion2b_s34b_b79k``, False for what
+    can only be a file path (``ckpt/model.pth``, ``~/w.pt``)."""
+    return _NAME.fullmatch(value) is not None
+
+
+def name_or_file(data: Any, name: str, file: str) -> Any:
+    """Before validation: a path given in the ``name`` parameter (older specs) moves to the
+    declared input parameter ``file``; a ``file`` replaces the default ``name``; both given
+    is an error."""
+    if not isinstance(data, dict):
+        return data
+    value = data.get(name)
+    if isinstance(value, str) and not is_weights_name(value):
+        if data.get(file) is not None:
+            raise ValueError(
+                f"{name}: {value!r} is a file path, and {file} is given too; give the file once, "
+                f"as {file}"
+            )
+        return {**data, name: None, file: value}
+    if data.get(file) is not None:
+        if value is not None:
+            raise ValueError(
+                f"give either {name} ({value!r}) or {file} ({data[file]!r}), not both"
+            )
+        return {**data, name: None}
+    return data
+
+
 class _ResNet34Base(Params):
     weights: str | None = Field(
         "IMAGENET1K_V1",
         description="torchvision weights name (read from the torch hub cache, never "
-        "downloaded), a state-dict file path, or null for random init",
+        "downloaded), or null for random init (unless weights_file is given)",
+    )
+    weights_file: InputFile | None = Field(
+        None, description="a state-dict file to load instead of named weights"
     )
     init_seed: int = Field(0, ge=0, description="seed of the random init (weights: null)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _weights_file(cls, data: Any) -> Any:
+        return name_or_file(data, "weights", "weights_file")
 
 
 ResNet34Params = create_model(
@@ -66,12 +112,27 @@ def hub_weights_path(weights: Any) -> Path:
     return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(weights.url)
 
 
+def torch_load_weights(path: Path, what: str) -> Any:
+    """``torch.load`` in weights-only mode (tensors and containers, never arbitrary objects);
+    a file it cannot read is a ``ValueError`` naming it."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ValueError(
+            f"{what}: {path} cannot be read as a weights-only torch file "
+            f"({type(exc).__name__}: {first}); selbench does not unpickle arbitrary objects"
+        ) from exc
+
+
 def load_state_dict_file(path: Path, what: str) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{what}: weights file {path} does not exist")
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = torch_load_weights(path, what)
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
+    if not isinstance(state, dict):
+        raise ValueError(f"{what}: {path} holds a {type(state).__name__}, not a state dict")
     return state
 
 
@@ -91,8 +152,12 @@ class TorchvisionClassifier(Backbone):
         batch_size: int = 256,
         num_workers: int = 4,
         amp: bool = True,
+        weights_file: str | None = None,
     ):
-        self.weights = weights
+        if weights_file is None and weights is not None and not is_weights_name(weights):
+            weights, weights_file = None, weights  # a path given as weights (Python callers)
+        self.weights = None if weights_file is not None else weights
+        self.weights_file = weights_file
         self.init_seed = init_seed
         self.batch_size = batch_size
         self.num_workers = num_workers
@@ -102,13 +167,13 @@ class TorchvisionClassifier(Backbone):
         """The network with its weights loaded (no download ever)."""
         models = require("torchvision.models", f"the {self.arch} backbone")
         ctor = getattr(models, self.arch)
-        if self.weights is None:
+        if self.weights_file is not None:
+            path = Path(self.weights_file)
+            state = load_state_dict_file(path, self.arch)
+        elif self.weights is None:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(self.init_seed)
                 return ctor(weights=None, num_classes=num_classes)
-        path = Path(self.weights).expanduser()
-        if path.suffix in (".pth", ".pt", ".bin") or path.is_file():
-            state = load_state_dict_file(path, self.arch)
         else:
             try:
                 enum = models.get_model_weights(self.arch)[self.weights]
@@ -116,7 +181,7 @@ class TorchvisionClassifier(Backbone):
                 known = ", ".join(w.name for w in models.get_model_weights(self.arch))
                 raise ValueError(
                     f"{self.arch}: unknown weights {self.weights!r}; torchvision has {known} "
-                    "(or give a state-dict file path, or null for random init)"
+                    "(or give a state-dict file as weights_file, or null for random init)"
                 ) from None
             path = hub_weights_path(enum)
             if not path.is_file():
@@ -126,12 +191,15 @@ class TorchvisionClassifier(Backbone):
                     f"where there is internet access (download {enum.url} into {path.parent}, "
                     f"or run python -c \"import torchvision; torchvision.models.{self.arch}"
                     f"(weights='{self.weights}')\"), set TORCH_HOME to the cache folder that "
-                    "holds them, or give the file's path as weights."
+                    "holds them, or give the file's path as weights_file."
                 )
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            state = load_state_dict_file(path, self.arch)
         k = state[f"{self.head}.weight"].shape[0] if f"{self.head}.weight" in state else 1000
         model = ctor(weights=None, num_classes=k)
-        model.load_state_dict(state)
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as exc:  # missing / unexpected keys, other shapes
+            raise ValueError(f"{path}: does not fit torchvision's {self.arch}: {exc}") from None
         return model
 
     def extract(self, dataset: Dataset, split: str, context: FitContext) -> ModelOutputs:
@@ -154,7 +222,8 @@ class TorchvisionClassifier(Backbone):
         return extract_outputs(
             dataset, split, context, step,
             batch_size=self.batch_size, num_workers=self.num_workers, amp=self.amp,
-            name=self.arch, meta={"weights": self.weights},
+            name=self.arch,
+            meta={"weights": self.weights, "weights_file": self.weights_file},
         )  # fmt: skip
 
 

@@ -33,6 +33,7 @@ import torch
 from pydantic import Field, create_model
 from selbench.api import Backbone, Dataset, FitContext, Params, Plugin
 from selbench.data import ModelOutputs
+from selbench.inputs import InputFile
 
 from selbench_plugins.backbones.extract import (
     extract_outputs,
@@ -56,7 +57,7 @@ CHECKPOINTS_URL = "https://worksheets.codalab.org/worksheets/0x52cea64d1d3f4fa89
 
 
 class _WildsNetBase(Params):
-    checkpoint: str = Field(description="path of the WILDS best_model.pth checkpoint")
+    checkpoint: InputFile = Field(description="path of the WILDS best_model.pth checkpoint")
     normalization: Literal["imagenet", "per-image", "none"] | None = Field(
         None,
         description="input scaling (default: WILDS' own — imagenet for Camelyon17, per-image "
@@ -163,7 +164,7 @@ class WildsNet(Backbone):
         self.amp = amp
 
     def build(self) -> torch.nn.Module:
-        path = Path(self.checkpoint).expanduser()
+        path = Path(self.checkpoint).expanduser()  # absolute when built from a spec
         if not path.is_file():
             raise FileNotFoundError(
                 f"{self.display} checkpoint {path} does not exist. selbench never downloads "
@@ -173,7 +174,10 @@ class WildsNet(Backbone):
                 "download its best_model.pth, and set the backbone's checkpoint param to it "
                 "(see docs/paper-data.md)."
             )
-        state = wilds_state_dict(_load_checkpoint(path), self.head)
+        try:
+            state = wilds_state_dict(_load_checkpoint(path), self.head)
+        except TypeError as exc:  # not a dict
+            raise ValueError(f"{path}: {exc}") from None
         key = f"{self.head}.weight"
         if key not in state:
             sample = ", ".join(list(state)[:5])

@@ -32,6 +32,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, create_model, field_validator
 from selbench.api import Dataset, Params, Plugin, SplitData
+from selbench.inputs import InputDir
 
 from selbench_plugins.backbones.extract import ArrayImages, ImageItems, augmix_transform, require
 
@@ -86,8 +87,16 @@ def _augmix_fields() -> dict:
     }  # fmt: skip
 
 
+#: the official release's files, hashed by content in the input digest (the labels live in
+#: the pickles); other files (e.g. the downloaded .tar.gz) enter it by name and size
+CIFAR100_FILES = ("cifar-100-python/train", "cifar-100-python/test", "cifar-100-python/meta")
+
+#: a CIFAR-100 python-release folder; ``download: true`` may create it, so it need not exist
+CIFAR100Root = InputDir(metadata=CIFAR100_FILES, must_exist=False)
+
+
 class _CIFAR100Base(Params):
-    root: str = Field("data/cifar100", description="folder holding cifar-100-python/")
+    root: CIFAR100Root = Field("data/cifar100", description="folder holding cifar-100-python/")
     download: bool = Field(
         False, description="download CIFAR-100 (161 MB) with torchvision if missing; off by default"
     )
@@ -119,9 +128,90 @@ def _ensure_cifar(root: str | Path, download: bool, files=("train", "test", "met
     return d
 
 
+def _latin1_encode(text: str, encoding: str = "latin1") -> bytes:
+    """``_codecs.encode`` as protocol-2 pickles use it for ``bytes`` (latin-1 only)."""
+    if not isinstance(text, str) or encoding.replace("-", "").lower() != "latin1":
+        raise pickle.UnpicklingError(f"_codecs.encode({type(text).__name__}, {encoding!r})")
+    return text.encode("latin1")
+
+
+def _numpy_reconstructors() -> dict[tuple[str, str], object]:
+    """numpy's array reconstruction functions under their numpy 1 and numpy 2 paths."""
+    core = getattr(np, "_core", None) or np.core
+    allowed: dict[tuple[str, str], object] = {
+        ("numpy", "ndarray"): np.ndarray,
+        ("numpy", "dtype"): np.dtype,
+        ("_codecs", "encode"): _latin1_encode,
+    }
+    for mod in ("numpy.core", "numpy._core"):
+        allowed[(f"{mod}.multiarray", "_reconstruct")] = core.multiarray._reconstruct
+        frombuffer = getattr(core.numeric, "_frombuffer", None)
+        if frombuffer is not None:
+            allowed[(f"{mod}.numeric", "_frombuffer")] = frombuffer
+    return allowed
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """Unpickles only what the official CIFAR-100 python files hold: dicts, lists, strings,
+    bytes, numbers, and numpy arrays rebuilt by numpy's reconstruction functions. Any other
+    global (a class, ``os.system``, ``builtins.eval`` ...) is refused before it is called."""
+
+    allowed = _numpy_reconstructors()
+
+    def find_class(self, module: str, name: str):
+        try:
+            return self.allowed[(module, name)]
+        except KeyError:
+            raise UnsafePickleError(f"{module}.{name}") from None
+
+
+class UnsafePickleError(pickle.UnpicklingError):
+    """A pickle referenced a global outside :class:`_CifarUnpickler`'s allow-list."""
+
+
 def _read_pickle(path: Path) -> dict:
-    with open(path, "rb") as fh:
-        return pickle.load(fh, encoding="latin1")
+    """A CIFAR-100 python file as a dict with ``str`` keys, through the restricted unpickler
+    (``ValueError`` naming the file for anything else)."""
+    try:
+        with open(path, "rb") as fh:
+            obj = _CifarUnpickler(fh, encoding="latin1").load()
+    except UnsafePickleError as exc:
+        raise ValueError(
+            f"{path}: refused to unpickle: the file references {exc}, which a CIFAR-100 python "
+            "file never holds (only dicts, lists, strings, numbers and numpy arrays); it is "
+            "not the official release, or it was tampered with. selbench does not run code "
+            f"from data files: re-download {CIFAR100_URL}"
+        ) from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError,
+            AttributeError, MemoryError, OverflowError, UnicodeError) as exc:
+        raise ValueError(
+            f"{path}: not a readable CIFAR-100 python file ({type(exc).__name__}: {exc}); is it "
+            "truncated? re-extract the release"
+        ) from exc
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the file ({exc.strerror or exc})") from exc
+    if not isinstance(obj, dict):
+        raise ValueError(
+            f"{path}: not a CIFAR-100 python file (it holds a {type(obj).__name__}, expected "
+            "a dict)"
+        )
+    return {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in obj.items()}
+
+
+def _load_npy(path: Path, mmap_mode: str | None = None) -> np.ndarray:
+    """A CIFAR-100-C ``.npy`` without pickle; ``ValueError`` naming the file if unreadable."""
+    try:
+        arr = np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        what = "holds pickled Python objects" if "allow_pickle" in str(exc) else "is unreadable"
+        raise ValueError(
+            f"{path}: {what} ({type(exc).__name__}: {exc}); expected a numpy .npy array of "
+            "the CIFAR-100-C release"
+        ) from exc
+    if not isinstance(arr, np.ndarray):
+        arr.close()
+        raise ValueError(f"{path}: expected a single .npy array, found an .npz archive")
+    return arr
 
 
 def read_cifar100(root: str | Path, part: str, download: bool = False):
@@ -199,10 +289,10 @@ class CIFAR100(Dataset):
 
 # --------------------------------------------------------------------------- cifar100-c
 class _CIFAR100CBase(Params):
-    root: str = Field(
+    root: InputDir(metadata=("labels.npy",)) = Field(
         "data/CIFAR-100-C", description="folder with <corruption>.npy and labels.npy"
     )
-    cifar_root: str = Field(
+    cifar_root: CIFAR100Root = Field(
         "data/cifar100", description="folder holding cifar-100-python/ (the clean 'val' split)"
     )
     download: bool = Field(
@@ -331,7 +421,7 @@ class CIFAR100C(Dataset):
                     f"it and set the dataset's root param to the folder holding the .npy "
                     f"files."
                 )
-        all_labels = np.load(root / "labels.npy")
+        all_labels = _load_npy(root / "labels.npy")
         rows = all_labels.shape[0]
         if all_labels.ndim != 1 or rows % 5:
             raise ValueError(
@@ -341,7 +431,7 @@ class CIFAR100C(Dataset):
         m = rows // 5
         arrays = {}
         for c, p in zip(self.corruptions, paths):
-            arr = np.load(p, mmap_mode="r")
+            arr = _load_npy(p, mmap_mode="r")
             if arr.shape != (rows, 32, 32, 3) or arr.dtype != np.uint8:
                 raise ValueError(
                     f"{p}: expected uint8 images of shape ({rows}, 32, 32, 3) to match "

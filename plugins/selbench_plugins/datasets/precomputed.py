@@ -28,6 +28,8 @@ Python objects: the file is read with ``allow_pickle=False``.
 
 from __future__ import annotations
 
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +37,13 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 from selbench.api import Backbone, Dataset, FitContext, NoParams, Params, Plugin, SplitData
 from selbench.data import DataError, ModelOutputs
+from selbench.inputs import InputFile
 
 __all__ = [
     "BACKBONE_PLUGIN",
     "PLUGIN",
+    "MissingOutputsFile",
+    "PairingError",
     "PrecomputedBackbone",
     "PrecomputedDataset",
     "PrecomputedParams",
@@ -47,8 +52,103 @@ __all__ = [
 ROLES = ("labels", "logits", "probabilities", "features", "domain", "split", "class_names")
 
 
+class MissingOutputsFile(DataError, FileNotFoundError):
+    """The ``.npz`` does not exist (a :class:`DataError`, and a ``FileNotFoundError``)."""
+
+
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a member first, or an empty archive
+
+
+def _listing(files: list[str]) -> str:
+    return ", ".join(repr(f) for f in files) if files else "no arrays"
+
+
+def _read_npz(path: Path, keys: dict[str, str]) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The role arrays of an ``.npz`` and the names it holds, read without pickle.
+
+    Every way the file can be broken is a :class:`DataError` naming the file and what is
+    wrong, never a traceback from numpy or zipfile.
+    """
+    where = f"precomputed: {path}"
+    if path.is_dir():
+        raise DataError(f"{where} is a folder, not an .npz file")
+    if not path.is_file():
+        raise MissingOutputsFile(
+            f"{where}: model-output file does not exist; write it with np.savez(path, "
+            "labels=..., logits=... or probabilities=..., [features=..., domain=..., split=...])"
+        )
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+    except OSError as exc:
+        raise DataError(f"{where}: cannot read the file ({exc.strerror or exc})") from exc
+    if not head:
+        raise DataError(
+            f"{where} is empty (0 bytes): it was not written completely; write it again with "
+            "np.savez"
+        )
+    if head.startswith(_NPY_MAGIC):
+        raise DataError(
+            f"{where} holds a single array (.npy format), not an .npz archive of named arrays; "
+            "write it with np.savez(path, labels=..., logits=...)"
+        )
+    if not head.startswith(_ZIP_MAGIC):
+        raise DataError(
+            f"{where} is not an .npz archive (not a zip file; it starts with {head[:8]!r}); "
+            "write it with np.savez(path, labels=..., logits=...)"
+        )
+    try:
+        z = np.load(path, allow_pickle=False)
+    except (zipfile.BadZipFile, EOFError, ValueError, KeyError) as exc:
+        raise DataError(
+            f"{where} is a truncated or damaged .npz archive: it starts like a zip file but "
+            f"its table of contents cannot be read ({type(exc).__name__}: {exc}); was it "
+            "copied or written completely?"
+        ) from exc
+    except OSError as exc:
+        raise DataError(f"{where}: cannot read the file ({exc.strerror or exc})") from exc
+    arrays: dict[str, np.ndarray] = {}
+    with z:
+        files = list(z.files)
+        for role in ROLES:
+            name = keys.get(role, role)
+            if name not in files:
+                if role in keys:
+                    raise DataError(
+                        f"{where}: keys.{role} names array {name!r}, which is not in the file; "
+                        f"it holds {_listing(files)}"
+                    )
+                continue
+            try:
+                value = z[name]
+            except ValueError as exc:
+                if "allow_pickle" in str(exc) or "Object arrays" in str(exc):
+                    raise DataError(
+                        f"{where}: array {name!r} ({role}) is stored as pickled Python objects "
+                        "(dtype=object), which selbench does not unpickle; save numbers as a "
+                        "numeric array and strings as a fixed-width string array, e.g. "
+                        "np.array(['val', 'test']), not dtype=object"
+                    ) from exc
+                raise DataError(
+                    f"{where}: array {name!r} ({role}) is not a readable .npy member ({exc})"
+                ) from exc
+            except (zipfile.BadZipFile, EOFError, KeyError, OSError, zlib.error) as exc:
+                raise DataError(
+                    f"{where}: array {name!r} ({role}) is truncated or damaged "
+                    f"({type(exc).__name__}: {exc}); was the file copied or written completely?"
+                ) from exc
+            if not isinstance(value, np.ndarray):  # numpy returns a non-.npy member as bytes
+                raise DataError(
+                    f"{where}: member {name!r} ({role}) is not a numpy array (.npy) but "
+                    f"{len(value)} bytes of something else; write the file with np.savez"
+                )
+            arrays[role] = value
+    return arrays, files
+
+
 class PrecomputedParams(Params):
-    path: str = Field(description="the .npz file of model outputs")
+    path: InputFile = Field(description="the .npz file of model outputs")
     keys: dict[str, str] = Field(
         default_factory=dict,
         description="role -> array name in the file, for names other than the roles "
@@ -134,63 +234,26 @@ class PrecomputedDataset(Dataset):
         if self._loaded is not None:
             return self._loaded
         path = Path(self.path)
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"precomputed: model-output file {path} does not exist; write it with "
-                "np.savez(path, labels=..., logits=... or probabilities=..., [features=..., "
-                "domain=..., split=...])"
-            )
-        try:
-            z = np.load(path, allow_pickle=False)
-        except ValueError as exc:
-            raise ValueError(f"precomputed: {path} is not a readable .npz file ({exc})") from exc
-        if not hasattr(z, "files"):
-            raise ValueError(f"precomputed: {path} holds a single array, not an .npz archive")
-        arrays: dict[str, Any] = {}
-        with z:
-            for role in ROLES:
-                name = self._name(role)
-                if name in z.files:
-                    try:
-                        arrays[role] = z[name]
-                    except ValueError as exc:  # object arrays need pickle
-                        raise ValueError(
-                            f"precomputed: {path}: array {name!r} ({role}) cannot be read "
-                            f"without pickle ({exc}); save strings as a fixed-width string "
-                            "array, e.g. np.array(['val', 'test']), not dtype=object"
-                        ) from exc
-                elif role in self.keys:
-                    raise ValueError(
-                        f"precomputed: {path}: keys.{role} names array {name!r}, which is not "
-                        f"in the file; it holds {', '.join(z.files)}"
-                    )
-            files = list(z.files)
+        arrays, files = _read_npz(path, self.keys)
         if "labels" not in arrays:
-            raise ValueError(
+            raise DataError(
                 f"precomputed: {path}: no {self._name('labels')!r} array (the labels); the "
-                f"file holds {', '.join(files)}; map names with keys: {{labels: <name>}}"
+                f"file holds {_listing(files)}; map names with keys: {{labels: <name>}}"
             )
         if "logits" not in arrays and "probabilities" not in arrays:
-            raise ValueError(
+            raise DataError(
                 f"precomputed: {path}: needs a {self._name('logits')!r} or a "
-                f"{self._name('probabilities')!r} array; the file holds {', '.join(files)}; map "
+                f"{self._name('probabilities')!r} array; the file holds {_listing(files)}; map "
                 "names with keys: {logits: <name>} or {probabilities: <name>}"
             )
-        n_labels = np.shape(arrays["labels"])[0] if np.ndim(arrays["labels"]) else 0
-        for role in ("logits", "probabilities", "features", "domain", "split"):
-            if role in arrays and np.ndim(arrays[role]) and len(arrays[role]) != n_labels:
-                raise DataError(
-                    f"precomputed: {path}: array {self._name(role)!r} ({role}) has "
-                    f"{len(arrays[role])} rows but {self._name('labels')!r} (labels) has "
-                    f"{n_labels}; every array must describe the same examples"
-                )
+        self._check_arrays(arrays, path)
         outputs = self._outputs(arrays, path)
         n = len(outputs)
         tags = None
         if "split" in arrays:
             tags = np.asarray(arrays["split"])
             if tags.shape != (n,):
-                raise ValueError(
+                raise DataError(
                     f"precomputed: {path}: array {self._name('split')!r} (split) has shape "
                     f"{tags.shape}, expected ({n},)"
                 )
@@ -199,7 +262,7 @@ class PrecomputedDataset(Dataset):
         if "class_names" in arrays:
             class_names = [str(c) for c in np.asarray(arrays["class_names"]).ravel()]
             if len(class_names) != outputs.num_classes:
-                raise ValueError(
+                raise DataError(
                     f"precomputed: {path}: array {self._name('class_names')!r} has "
                     f"{len(class_names)} names for K={outputs.num_classes} classes"
                 )
@@ -209,6 +272,51 @@ class PrecomputedDataset(Dataset):
             "class_names": class_names,
         }
         return self._loaded
+
+    def _check_arrays(self, arrays: dict[str, np.ndarray], path: Path) -> None:
+        """Shapes, row counts, dtypes and finiteness, each message naming the file's array."""
+
+        def where(role: str) -> str:
+            return f"precomputed: {path}: array {self._name(role)!r} ({role})"
+
+        labels = arrays["labels"]
+        if labels.ndim != 1:
+            raise DataError(
+                f"{where('labels')} has shape {labels.shape}, expected one class index per "
+                "row, shape [N]"
+            )
+        n = labels.shape[0]
+        if n == 0:
+            raise DataError(
+                f"precomputed: {path}: the file holds zero rows (array "
+                f"{self._name('labels')!r} is empty); it needs at least one example per split"
+            )
+        for role in ("logits", "probabilities", "features"):
+            if role not in arrays:
+                continue
+            arr = arrays[role]
+            if arr.ndim != 2:
+                shape = "[N, d]" if role == "features" else "[N, K]"
+                raise DataError(f"{where(role)} has shape {arr.shape}, expected 2-D {shape}")
+            if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+                raise DataError(f"{where(role)} holds {arr.dtype} values, expected real numbers")
+        for role in ("logits", "probabilities", "features", "domain", "split"):
+            if role in arrays and arrays[role].ndim and len(arrays[role]) != n:
+                raise DataError(
+                    f"{where(role)} has {len(arrays[role])} rows but {self._name('labels')!r} "
+                    f"(labels) has {n}; every array must describe the same examples"
+                )
+            if role in arrays and arrays[role].ndim == 0:
+                raise DataError(f"{where(role)} is a single value (shape ()), expected one per row")
+        for role in ("logits", "probabilities", "features"):
+            if role in arrays and np.issubdtype(arrays[role].dtype, np.floating):
+                finite = np.isfinite(arrays[role])
+                if not finite.all():
+                    row, col = (int(i) for i in np.argwhere(~finite)[0])
+                    raise DataError(
+                        f"{where(role)} contains NaN or infinite values (first at row {row}, "
+                        f"column {col})"
+                    )
 
     def _outputs(self, arrays: dict[str, Any], path: Path) -> ModelOutputs:
         meta = {"source": str(path)}
@@ -232,7 +340,8 @@ class PrecomputedDataset(Dataset):
                 domain=arrays.get("domain"), meta=meta,
             )  # fmt: skip
         except DataError as exc:
-            raise DataError(f"precomputed: {path}: {_role_message(exc, self.keys)}") from exc
+            names = {role: self._name(role) for role in arrays}
+            raise DataError(f"precomputed: {path}: {_role_message(exc, names)}") from exc
 
     def _partition(self, tags: np.ndarray | None, n: int, path: Path) -> dict[str, np.ndarray]:
         if tags is not None:
@@ -293,12 +402,18 @@ class PrecomputedDataset(Dataset):
         )  # fmt: skip
 
 
-def _role_message(exc: Exception, keys: dict[str, str]) -> str:
+def _role_message(exc: Exception, names: dict[str, str]) -> str:
+    """``"logits: ..."`` from :class:`ModelOutputs` as ``"array 'z' (logits): ..."``."""
     msg = str(exc)
-    for role, name in keys.items():
+    for role, name in names.items():
         if msg.startswith(f"{role}:"):
             return f"array {name!r} ({role}){msg[len(role):]}"
     return msg
+
+
+class PairingError(DataError, TypeError):
+    """A backbone was paired with a dataset whose inputs it cannot take (a
+    :class:`DataError`, so the runner reports it for its experiment; also a ``TypeError``)."""
 
 
 class PrecomputedBackbone(Backbone):
@@ -309,7 +424,7 @@ class PrecomputedBackbone(Backbone):
     def extract(self, dataset: Dataset, split: str, context: FitContext) -> ModelOutputs:
         data = dataset.split(split)
         if not isinstance(data.inputs, ModelOutputs):
-            raise TypeError(
+            raise PairingError(
                 f"precomputed backbone: split {split!r} of {type(dataset).__name__} holds "
                 f"{type(data.inputs).__name__}, not model outputs; pair it with the "
                 "'precomputed' dataset (or use an image backbone)"
