@@ -247,3 +247,145 @@ def test_missing_extra_names_the_install_command(tmp_path, monkeypatch):
     root = make_imagefolder(tmp_path / "val", per_class=1)
     with pytest.raises(ImportError, match=r"pip install 'selbench\[vision\]'"):
         ImageNetVal(root=str(root)).split("val")
+
+
+# --------------------------------------------------------------------------- declared inputs
+# (plugin kind, name) -> {param: (kind, metadata globs, must_exist)}
+DECLARED = {
+    ("dataset", "precomputed"): {"path": ("file", (), True)},
+    ("dataset", "camelyon17"): {"root_dir": ("dir", ("metadata.csv", "RELEASE_v*.txt"), False)},
+    ("dataset", "rxrx1"): {"root_dir": ("dir", ("metadata.csv", "RELEASE_v*.txt"), False)},
+    ("dataset", "imagenet"): {"root": ("dir", (), True)},
+    ("dataset", "cifar100"): {"root": ("dir", (
+        "cifar-100-python/train", "cifar-100-python/test", "cifar-100-python/meta"), False)},
+    ("dataset", "cifar100-c"): {
+        "root": ("dir", ("labels.npy",), True),
+        "cifar_root": ("dir", (
+            "cifar-100-python/train", "cifar-100-python/test", "cifar-100-python/meta"), False),
+    },
+    ("dataset", "digits"): {},
+    ("dataset", "theory-mixture"): {},
+    ("backbone", "resnet34"): {"weights_file": ("file", (), True)},
+    ("backbone", "wilds-densenet121"): {"checkpoint": ("file", (), True)},
+    ("backbone", "wilds-resnet50"): {"checkpoint": ("file", (), True)},
+    ("backbone", "clip"): {
+        "model_dir": ("dir", ("*.json", "*.txt", "*.safetensors", "*.bin", "*.pt", "*.pth"),
+                      True),
+        "pretrained_file": ("file", (), True),
+        "cache_dir": ("dir", ("*.pt", "*.pth", "*/refs/*"), True),
+    },
+    ("backbone", "precomputed"): {},
+    ("backbone", "digits-net"): {},
+    ("backbone", "theory-linear"): {},
+}  # fmt: skip
+
+
+def test_every_file_parameter_is_a_declared_input():
+    from selbench.inputs import declared_inputs
+
+    reg = get_registry()
+    builtin = {(k, e.name) for k in ("dataset", "backbone") for e in reg.all(k)
+               if e.provider == "selbench_plugins"}  # fmt: skip
+    assert builtin == set(DECLARED)
+    for (kind, name), want in DECLARED.items():
+        got = declared_inputs(reg.get(kind, name).plugin.params)
+        assert {p: (s.kind, s.metadata, s.must_exist) for p, s in got.items()} == want, name
+
+
+def _spec_with(dataset: dict, backbone: dict) -> dict:
+    return {
+        "spec_version": 1, "name": "inputs", "seeds": [0],
+        "experiments": [{
+            "name": "e", "dataset": dataset, "backbone": backbone, "fit_split": "val",
+            "eval_split": "test", "n_fit": 4, "betas": [0.5, 1.0], "train_beta": 0.5,
+            "methods": [{"label": "None", "scheme": {"name": "recalibration"}}],
+        }],
+    }  # fmt: skip
+
+
+def test_relative_input_paths_resolve_against_the_spec_folder(tmp_path, monkeypatch):
+    import yaml
+    from selbench.spec import load_spec
+
+    project = tmp_path / "project"
+    make_cifar100(project / "clean", n_train=12, n_test=8)
+    make_cifar100_c(project / "c", per_severity=2, corruptions=("fog",))
+    (project / "ckpt").mkdir()
+    torch.save({}, project / "ckpt" / "r34.pth")
+    spec = _spec_with(
+        {"name": "cifar100-c", "params": {"root": "c", "cifar_root": "./clean",
+                                          "corruptions": ["fog"], "n": 6, "val_size": 4}},
+        {"name": "resnet34", "params": {"weights": "ckpt/r34.pth"}},  # an older spec's form
+    )  # fmt: skip
+    (project / "spec.yaml").write_text(yaml.safe_dump(spec))
+    monkeypatch.chdir(tmp_path)  # not the spec's folder
+    resolved = load_spec(project / "spec.yaml")
+    exp = resolved.canonical()["experiments"][0]
+    assert exp["dataset"]["params"]["root"] == str(project / "c")
+    assert exp["dataset"]["params"]["cifar_root"] == str(project / "clean")
+    assert exp["backbone"]["params"]["weights"] is None
+    assert exp["backbone"]["params"]["weights_file"] == str(project / "ckpt" / "r34.pth")
+    ds = resolved.build("dataset", resolved.spec.experiments[0].dataset)
+    assert len(ds.split("val").inputs) == 4 and len(ds.split("test").inputs) == 6
+    backbone = resolved.build("backbone", resolved.spec.experiments[0].backbone)
+    assert backbone.weights_file == str(project / "ckpt" / "r34.pth")
+
+
+def test_only_downloadable_data_may_be_missing_at_validation(tmp_path):
+    from selbench.spec import SpecError, load_spec
+
+    absent = str(tmp_path / "absent")
+    net = {"name": "resnet34", "params": {"weights": None}}
+    for name, key in (("cifar100", "root"), ("camelyon17", "root_dir"), ("rxrx1", "root_dir")):
+        load_spec(_spec_with({"name": name, "params": {key: absent}}, net))  # download may
+    images = {"name": "cifar100", "params": {"root": absent}}
+    for dataset, backbone, where in [
+        ({"name": "cifar100-c", "params": {"root": absent}}, net, "dataset.params.root"),
+        ({"name": "imagenet", "params": {"root": absent}}, net, "dataset.params.root"),
+        ({"name": "precomputed", "params": {"path": absent}}, {"name": "precomputed"},
+         "dataset.params.path"),
+        (images, {"name": "wilds-resnet50", "params": {"checkpoint": absent}},
+         "backbone.params.checkpoint"),
+        (images, {"name": "resnet34", "params": {"weights_file": absent}},
+         "backbone.params.weights_file"),
+        (images, {"name": "clip", "params": {"cache_dir": absent}}, "backbone.params.cache_dir"),
+        (images, {"name": "clip", "params": {"model": f"local-dir:{absent}"}},
+         "backbone.params.model_dir"),
+    ]:  # fmt: skip
+        with pytest.raises(SpecError, match=rf"experiments\[0\]\.{where}: no such"):
+            load_spec(_spec_with(dataset, backbone))
+
+
+def test_weight_names_and_weight_files_are_separate_parameters():
+    from pydantic import ValidationError
+    from selbench_plugins.backbones.clip import ClipParams
+    from selbench_plugins.backbones.torchvision_nets import ResNet34Params
+
+    def dump(params_model, **params):
+        return params_model.model_validate(params).model_dump()
+
+    assert dump(ResNet34Params)["weights"] == "IMAGENET1K_V1"
+    p = dump(ResNet34Params, weights="IMAGENET1K_V2")
+    assert (p["weights"], p["weights_file"]) == ("IMAGENET1K_V2", None)
+    for path in ("ckpt/r.pth", "r.pth", "~/r.pt", "/abs/weights"):
+        p = dump(ResNet34Params, weights=path)  # older specs: a path in weights
+        assert (p["weights"], p["weights_file"]) == (None, path)
+    p = dump(ResNet34Params, weights_file="r.pth")
+    assert (p["weights"], p["weights_file"]) == (None, "r.pth")
+    assert dump(ResNet34Params, **p) == p  # validating the canonical form changes nothing
+    with pytest.raises(ValidationError, match="either weights"):
+        dump(ResNet34Params, weights="IMAGENET1K_V1", weights_file="r.pth")
+
+    p = dump(ClipParams, pretrained="laion2b_s34b_b79k")
+    assert (p["pretrained"], p["pretrained_file"], p["model_dir"]) == (
+        "laion2b_s34b_b79k", None, None)
+    p = dump(ClipParams, pretrained="ckpt/clip.pt")
+    assert (p["pretrained"], p["pretrained_file"]) == (None, "ckpt/clip.pt")
+    p = dump(ClipParams, model="local-dir:models/tiny")
+    assert (p["model"], p["model_dir"], p["pretrained"]) == ("local-dir", "models/tiny", None)
+    assert dump(ClipParams, **p) == p
+    assert dump(ClipParams, model_dir="models/tiny") == p
+    with pytest.raises(ValidationError, match="either model"):
+        dump(ClipParams, model="ViT-B-32", model_dir="models/tiny")
+    with pytest.raises(ValidationError, match="pretrained_file cannot be used"):
+        dump(ClipParams, model_dir="models/tiny", pretrained_file="w.pt")

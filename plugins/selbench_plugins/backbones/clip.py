@@ -9,29 +9,37 @@ Images arrive as the datasets' uint8 items and are prepared on the device as ope
 own preprocessing does: bicubic resize of the short side to the model's input size, centre
 crop, the model's mean/std (for ``resize_mode: squash`` a direct resize instead).
 
-Weights (``pretrained``) are **never downloaded**:
+Weights are **never downloaded**:
 
-* a tag (``openai``, ``laion2b_s34b_b79k``, ...) is looked up in the local caches open_clip
-  downloads to — the Hugging Face hub cache (``$HF_HOME``, ``cache_dir``) and
+* a ``pretrained`` tag (``openai``, ``laion2b_s34b_b79k``, ...) is looked up in the local
+  caches open_clip downloads to — the Hugging Face hub cache (``$HF_HOME``, ``cache_dir``) and
   ``~/.cache/clip`` — and a ``FileNotFoundError`` says how to fetch it if it is absent;
-* a file path loads that checkpoint;
-* ``null`` keeps the random initialisation (seeded by ``init_seed``; tests and smoke runs);
-* ``model: "local-dir:/path"`` reads an open_clip model folder (``open_clip_config.json``
-  plus, optionally, its weights) and ignores ``pretrained``.
+* ``pretrained_file`` loads that checkpoint file;
+* ``pretrained: null`` keeps the random initialisation (seeded by ``init_seed``; tests and
+  smoke runs);
+* ``model_dir`` reads an open_clip model folder (``open_clip_config.json`` plus, optionally,
+  its weights) and ignores ``model`` and ``pretrained``.
+
+``pretrained_file``, ``model_dir`` and ``cache_dir`` are declared inputs: relative to the
+spec's folder, and their content enters the cache keys. For older specs, a ``pretrained``
+value that is not a tag (it has a ``/``, a ``.`` or a ``~``) is read as ``pretrained_file``,
+and ``model: "local-dir:/path"`` as ``model_dir: /path``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, create_model, field_validator
+from pydantic import Field, create_model, field_validator, model_validator
 from selbench.api import Backbone, Dataset, FitContext, Params, Plugin
 from selbench.data import ModelOutputs
+from selbench.inputs import InputDir, InputFile
 
 from selbench_plugins.backbones.extract import (
     extract_outputs,
@@ -40,7 +48,7 @@ from selbench_plugins.backbones.extract import (
     require,
     to_float_images,
 )
-from selbench_plugins.backbones.torchvision_nets import loader_fields
+from selbench_plugins.backbones.torchvision_nets import is_weights_name, loader_fields, name_or_file
 
 __all__ = ["PLUGIN", "ClipParams", "ClipZeroShot"]
 
@@ -48,20 +56,65 @@ OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
 
 
+LOCAL_DIR = "local-dir:"
+#: what ``model`` reads when ``model_dir`` names the model
+LOCAL_DIR_MODEL = "local-dir"
+
+#: an open_clip model folder: its config, tokenizer files and weights are hashed by content
+#: (weights of one architecture all have the same size, so name and size would not tell
+#: two checkpoints apart)
+ModelDir = InputDir(metadata=("*.json", "*.txt", "*.safetensors", "*.bin", "*.pt", "*.pth"))
+
+#: an open_clip download cache: weights stored under their URL's file name (*.pt, *.pth) and
+#: Hugging Face refs (which snapshot is current) are hashed by content; Hugging Face blobs
+#: are named by their content hash already, so they enter by name and size
+CacheDir = InputDir(metadata=("*.pt", "*.pth", "*/refs/*"))
+
+
 class _ClipBase(Params):
     model: str = Field(
-        "ViT-B-32", description="open_clip model name (e.g. ViT-B-32) or local-dir:/path"
+        "ViT-B-32", description="open_clip model name (e.g. ViT-B-32); ignored with model_dir"
+    )
+    model_dir: ModelDir | None = Field(
+        None, description="an open_clip model folder (open_clip_config.json + weights)"
     )
     pretrained: str | None = Field(
         "openai",
-        description="weights tag (from the local cache, never downloaded), a checkpoint file, "
-        "or null for random init",
+        description="weights tag (from the local cache, never downloaded), or null for "
+        "random init (unless pretrained_file is given)",
+    )
+    pretrained_file: InputFile | None = Field(
+        None, description="a checkpoint file to load instead of a tagged download"
     )
     template: str = Field("a photo of a {}.", description="prompt; {} is the class name")
-    cache_dir: str | None = Field(
+    cache_dir: CacheDir | None = Field(
         None, description="open_clip cache_dir the weights were downloaded to (default: HF cache)"
     )
     init_seed: int = Field(0, ge=0, description="seed of the random init (pretrained: null)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _files(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        model = data.get("model")
+        if isinstance(model, str) and model.startswith(LOCAL_DIR):  # older specs
+            if data.get("model_dir") is not None:
+                raise ValueError(
+                    f"model {model!r} and model_dir both name a model folder; give it once, "
+                    "as model_dir"
+                )
+            data = {**data, "model_dir": model[len(LOCAL_DIR):]}
+        elif data.get("model_dir") is not None and model not in (None, LOCAL_DIR_MODEL):
+            raise ValueError(f"give either model ({model!r}) or model_dir, not both")
+        if data.get("model_dir") is not None:
+            if data.get("pretrained_file") is not None:
+                raise ValueError(
+                    "model_dir holds the model's weights; pretrained_file cannot be used with it"
+                )
+            # the folder's own weights are used: pretrained does not apply
+            data = {**data, "model": LOCAL_DIR_MODEL, "pretrained": None}
+        return name_or_file(data, "pretrained", "pretrained_file")
 
     @field_validator("template")
     @classmethod
@@ -113,9 +166,20 @@ class ClipZeroShot(Backbone):
         batch_size: int = 256,
         num_workers: int = 4,
         amp: bool = True,
+        model_dir: str | None = None,
+        pretrained_file: str | None = None,
     ):
-        self.model = model
-        self.pretrained = pretrained
+        if model_dir is None and model.startswith(LOCAL_DIR):  # Python callers
+            model_dir = model[len(LOCAL_DIR):]
+        if model_dir is None and model == LOCAL_DIR_MODEL:
+            raise ValueError(f"clip: model {LOCAL_DIR_MODEL!r} needs model_dir (the folder)")
+        if pretrained_file is None and pretrained is not None and not is_weights_name(pretrained):
+            pretrained, pretrained_file = None, pretrained  # a path given as pretrained
+        #: the open_clip model name (``local-dir:<model_dir>`` for a model folder)
+        self.model = f"{LOCAL_DIR}{model_dir}" if model_dir is not None else model
+        self.model_dir = model_dir
+        self.pretrained = None if pretrained_file is not None else pretrained
+        self.pretrained_file = pretrained_file
         self.template = template
         self.cache_dir = cache_dir
         self.init_seed = init_seed
@@ -135,20 +199,26 @@ class ClipZeroShot(Backbone):
         if name.startswith("hf-hub:"):
             raise ValueError(
                 f"clip: model {name!r} would be fetched from the Hugging Face hub; selbench "
-                "never downloads. Download the repository once and use model: local-dir:/path"
+                "never downloads. Download the repository once and give its folder as model_dir "
+                "(open_clip's local-dir: model)"
             )
         kwargs: dict[str, Any] = {}
-        if name.startswith("local-dir:") or tag is None:
-            tag = None
-        elif Path(tag).expanduser().is_file():
-            tag = str(Path(tag).expanduser())
+        if name.startswith(LOCAL_DIR):
+            tag = None  # the folder's own weights, if any
+        elif self.pretrained_file is not None:
+            path = Path(self.pretrained_file).expanduser()  # absolute when built from a spec
+            if not path.is_file():
+                raise FileNotFoundError(f"clip: checkpoint file {path} does not exist")
+            tag = str(path)
+        elif tag is None:
+            pass
         else:
             cfg = oc.get_pretrained_cfg(name, tag)
             if not cfg:
                 tags = oc.list_pretrained_tags_by_model(name)
                 raise ValueError(
-                    f"clip: {tag!r} is neither a checkpoint file nor a pretrained tag of "
-                    f"{name!r} (tags: {', '.join(tags) or 'none'})"
+                    f"clip: {tag!r} is not a pretrained tag of {name!r} (tags: "
+                    f"{', '.join(tags) or 'none'}); give a checkpoint file as pretrained_file"
                 )
             path, looked = _cached_weights(cfg, self.cache_dir)
             if path is None:
@@ -159,7 +229,7 @@ class ClipZeroShot(Backbone):
                     f"    python -c \"import open_clip; open_clip.create_model('{name}', "
                     f"pretrained='{tag}')\"\n"
                     "(they go to the Hugging Face cache, ~/.cache/huggingface/hub; copy that "
-                    "folder over or set HF_HOME), or give the checkpoint file as pretrained."
+                    "folder over or set HF_HOME), or give the checkpoint file as pretrained_file."
                 )
             tag = str(path)
             kwargs["force_quick_gelu"] = bool(cfg.get("quick_gelu", False))
@@ -168,6 +238,8 @@ class ClipZeroShot(Backbone):
                 kwargs["force_preprocess_cfg"] = pre
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.init_seed)
+            if "weights_only" in inspect.signature(oc.create_model).parameters:
+                kwargs["weights_only"] = True  # never unpickle arbitrary objects
             net = oc.create_model(name, pretrained=tag, device="cpu", **kwargs)
         net.eval()
         self._net = net
@@ -245,8 +317,8 @@ class ClipZeroShot(Backbone):
             dataset, split, context, step,
             batch_size=self.batch_size, num_workers=self.num_workers, amp=self.amp,
             name="clip",
-            meta={"model": self.model, "pretrained": self.pretrained, "template": self.template,
-                  "logit_scale": float(scale)},
+            meta={"model": self.model, "pretrained": self.pretrained_file or self.pretrained,
+                  "template": self.template, "logit_scale": float(scale)},
         )  # fmt: skip
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 from selbench.api import Dataset, Params, Plugin, SplitData
+from selbench.inputs import InputDir
 
 from selbench_plugins.backbones.extract import ImageItems, require
 
@@ -38,7 +39,8 @@ WHERE_TO_GET = (
 
 
 class ImageNetParams(Params):
-    root: str = Field(
+    # the labels are the class folders' names, which the folder digest holds; no index file
+    root: InputDir() = Field(
         "data/imagenet/val",
         description="ILSVRC2012 validation folder with one sub-folder of images per class",
     )

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 from selbench.api import Dataset, Params, Plugin, SplitData
+from selbench.inputs import InputDir
 
 from selbench_plugins.backbones.extract import ImageItems, require
 
@@ -57,7 +58,9 @@ _ABSENT = object()
 
 
 class WildsParams(Params):
-    root_dir: str = Field(
+    # metadata.csv holds the labels, splits and domains: hashed by content, like the release
+    # marker; the images enter the digest by name and size. download: true may create it.
+    root_dir: InputDir(metadata=("metadata.csv", "RELEASE_v*.txt"), must_exist=False) = Field(
         "data/wilds",
         description="folder holding the WILDS release folders (<dataset>_v1.0/)",
     )
