@@ -196,8 +196,13 @@ def _failed_run_types() -> tuple[type[BaseException], ...]:
 
 
 def _os_message(exc: OSError) -> str:
-    where = f" {exc.filename}" if exc.filename else ""
-    return f"cannot access{where}: {exc.strerror or exc}"
+    from selbench.store import WriteError
+
+    if isinstance(exc, WriteError):
+        return str(exc)
+    if exc.filename:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    return str(exc.strerror or exc)
 
 
 def main(argv: list[str] | None = None) -> int:

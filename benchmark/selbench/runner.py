@@ -445,8 +445,9 @@ def method_groups(cells: list[Cell]) -> list[list[Cell]]:
 class _Method:
     """Builds a method's plugins, naming the one that fails."""
 
-    def __init__(self, resolved: ResolvedSpec, e_i: int, m_i: int):
+    def __init__(self, resolved: ResolvedSpec, e_i: int, m_i: int, spec_hash: str = ""):
         self.resolved = resolved
+        self.spec_hash = spec_hash
         self.exp: ExperimentSpec = resolved.spec.experiments[e_i]
         self.method: MethodSpec = self.exp.methods[m_i]
         self.where = f"experiments[{e_i}].methods[{m_i}] ({self.method.label!r})"
@@ -633,7 +634,7 @@ def run_cell(
         n_fit=len(idx),
         n_eval=len(eval_out),
         device=device,
-        spec_hash=resolved.hash(),
+        spec_hash=m.spec_hash,
         selects=selects,
         timing={**timing, "eval_s": round(t2 - t1, 4)},
     )
@@ -811,7 +812,7 @@ def _run_locked(resolved, results, cache, dev, progress, plots, force, only, tqd
             outputs = experiment_outputs(resolved, e_i, ident, cache, dev, progress)
             exp = resolved.spec.experiments[e_i]
             for group in method_groups(exp_cells):
-                m = _Method(resolved, e_i, group[0].m_i)
+                m = _Method(resolved, e_i, group[0].m_i, prov["spec_hash"])
                 fitted: dict[str, FittedCell] = {}
                 memo: dict = {}
                 scheme = m.build("scheme")

@@ -18,10 +18,18 @@ from typing import Any
 
 from selbench.data import ModelOutputs
 
-__all__ = ["CacheError", "OutputCache", "atomic_path", "atomic_write_json", "atomic_write_text", "default_cache_dir"]
+__all__ = ["CacheError", "OutputCache", "WriteError", "atomic_path", "atomic_write_json", "atomic_write_text", "default_cache_dir"]
 
 CACHE_ENV = "SELBENCH_CACHE_DIR"
 CACHE_FORMAT = 2
+
+
+class WriteError(OSError):
+    """Writing a file failed (full or read-only disk ...); ``filename`` is the file that
+    could not be written."""
+
+    def __str__(self) -> str:
+        return f"cannot write {self.filename}: {self.strerror}"
 
 
 def _file_mode() -> int:
@@ -48,6 +56,11 @@ def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
         yield tmp_path
         os.chmod(tmp_path, _file_mode())
         os.replace(tmp_path, path)
+    except OSError as exc:
+        if isinstance(exc, WriteError):
+            raise
+        # name the file being written, not the temporary one (gone) or nothing (ENOSPC)
+        raise WriteError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
