@@ -112,9 +112,9 @@ def placeholder_inputs(raw: dict, work: Path) -> dict:
             model = reg.get(kind, comp["name"]).plugin.params
             for field, spec in declared_inputs(model).items():
                 params = comp.setdefault("params", {})
-                if field not in params and not model.model_fields[field].is_required():
-                    if model.model_fields[field].get_default() is None:
-                        continue
+                info = model.model_fields[field]
+                if field not in params and not info.is_required() and info.get_default() is None:
+                    continue
                 path = work / "inputs" / exp["name"] / f"{kind}-{field}"
                 if spec.kind == "dir":
                     path.mkdir(parents=True, exist_ok=True)

@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _err("interrupted; finished cells are saved, rerun the same command to resume")
         return 130
-    except BaseException as exc:  # noqa: BLE001 - the one place every error becomes a line
+    except BaseException as exc:  # the one place every error becomes a line
         if debug:
             import traceback
 
