@@ -92,12 +92,12 @@ CASES = [
                                recalibrator={"name": "histogram-binning"})]),
      [f"{M0}.loss.name: loss 's-mce' needs the recalibrator's log-probabilities, which "
       "recalibrator 'histogram-binning' does not provide (losses that do not need them: "
-      "s-mmce, s-tlbce; recalibrators that provide them: none, temperature)"]),
+      "s-mmce, s-tlbce; recalibrators that provide them: none, platt, temperature)"]),
     ("s-mce-with-the-mlp-recalibrator",
      tiny_spec(methods=[method(loss={"name": "s-mce"}, recalibrator={"name": "mlp"})]),
      [f"{M0}.loss.name: loss 's-mce' needs the recalibrator's log-probabilities, which "
       "recalibrator 'mlp' does not provide (losses that do not need them: s-mmce, s-tlbce; "
-      "recalibrators that provide them: none, temperature)"]),
+      "recalibrators that provide them: none, platt, temperature)"]),
     ("selection-with-a-recalibrator-that-needs-fitting",
      tiny_spec(methods=[method(scheme=scheme("selection"))]),
      [f"{M0}.recalibrator.name: scheme 'selection' uses the recalibrator as given, without "

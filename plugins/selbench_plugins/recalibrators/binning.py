@@ -39,6 +39,8 @@ class HistogramBinning(Recalibrator):
     boundaries, the last is 1.0) and ``values_`` (the output of each bin).
     """
 
+    usable_unfitted = False
+
     def __init__(self, n_bins: int = 15) -> None:
         HistogramBinningParams(n_bins=n_bins)
         self.n_bins = n_bins
@@ -83,6 +85,8 @@ class PlattBinning(Recalibrator):
     change) and :meth:`confidence` ``max(q, 1-q)``. Learned state: ``platt_`` (the fitted
     :class:`PlattScaling`), ``edges_``, ``values_``.
     """
+
+    usable_unfitted = False
 
     def __init__(self, n_bins: int = 15, mode: Mode = "auto", split: bool = False) -> None:
         PlattBinningParams(n_bins=n_bins, mode=mode, split=split)

@@ -290,6 +290,8 @@ class PlattScaling(Recalibrator):
     """
 
     differentiable = True
+    provides_log_probs = True
+    usable_unfitted = False
 
     def __init__(self, mode: Mode = "auto") -> None:
         PlattParams(mode=mode)
