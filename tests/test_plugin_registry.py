@@ -52,11 +52,15 @@ def test_duplicate_name_is_an_error_naming_both_providers():
     assert "'selbench_plugins'" in msg and "'acme_calibration'" in msg
 
 
-def test_hook_returning_something_else_than_plugins_is_rejected():
+def test_hook_returning_something_else_than_plugins_is_skipped_with_a_warning(capsys):
     pm = make_plugin_manager(autoload=False)
     pm.register(_module_providing("broken", selbench_selectors=["not a plugin"]), name="broken")
-    with pytest.raises(PluginError, match=r"broken: selbench_selectors\(\) must return selbench.Plugin objects, got str"):
-        Registry(pm)
+    reg = Registry(pm)
+    want = ("selbench: warning: skipped selbench_selectors() of plugin module 'broken': it must "
+            "return selbench.Plugin objects, got str")  # fmt: skip
+    assert want in capsys.readouterr().err
+    assert reg.skipped == [want.split("skipped ", 1)[1]]
+    assert "confidence" in reg.names("selector")  # the built-ins are all there
 
 
 @pytest.fixture
@@ -94,6 +98,7 @@ def test_entry_point_plugins_are_discovered_with_their_version(installed_distrib
     entry = reg.get("recalibrator", "halve")
     assert entry.provider == "demo"
     assert entry.plugin.version == "1.2.3"
+    assert entry.describe() == "recalibrator 'halve' (ext-selbench-demo 1.2.3)"
     assert entry.plugin.describe() == "Halve the distance of the confidence to 1/K."
 
 

@@ -1,15 +1,25 @@
 """Plugin discovery: built-ins registered explicitly, third parties through entry points.
 
+A third-party plugin that fails to load never stops selbench: a module that cannot be
+imported (or calls ``sys.exit``), that pluggy refuses to register, or whose hook raises or
+returns something other than :class:`~selbench.api.Plugin` objects is skipped with a
+warning on stderr naming its distribution, version and entry point; every other plugin,
+and every spec that does not use it, works as before. Two distributions providing one name
+stay an error (it is ambiguous), and so does any failure of the built-ins.
+
 >>> from selbench.plugins import get_registry
 >>> reg = get_registry()
 >>> reg.get("recalibrator", "temperature").name
 'temperature'
+>>> reg.get("recalibrator", "temperature").describe()
+"recalibrator 'temperature' (selbench 0.1.0)"
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -22,9 +32,11 @@ from selbench.api import KINDS, Plugin
 
 __all__ = [
     "AUTOLOAD_ENV",
+    "Origin",
     "PluginError",
     "Registered",
     "Registry",
+    "SelbenchPluginManager",
     "get_registry",
     "make_plugin_manager",
 ]
@@ -40,16 +52,70 @@ class PluginError(LookupError):
 
 
 @dataclass(frozen=True)
+class Origin:
+    """Where a registered plugin module comes from, for messages and provenance.
+
+    Attributes:
+        module: the plugin module's (or object's) name, e.g. ``my_plugins``.
+        distribution: the installed distribution that provides it, e.g.
+            ``my-selbench-plugins`` (None when unknown: a module registered by hand).
+        version: the distribution's version.
+        entry_point: the entry point's name in the ``selbench`` group (None for the
+            built-ins and modules registered by hand).
+    """
+
+    module: str
+    distribution: str | None = None
+    version: str | None = None
+    entry_point: str | None = None
+
+    def package(self) -> str:
+        """``my-selbench-plugins 0.3`` (the module's name when no distribution is known)."""
+        if self.distribution is None:
+            return self.module
+        return f"{self.distribution} {self.version}" if self.version else self.distribution
+
+    def __str__(self) -> str:
+        """``plugin module 'm' of distribution 'd 0.3' (entry point 'e' in group 'selbench')``."""
+        text = f"plugin module {self.module!r}"
+        if self.distribution is not None:
+            text += f" of distribution {self.package()!r}"
+        if self.entry_point is not None:
+            text += f" (entry point {self.entry_point!r} in group {ENTRY_POINT_GROUP!r})"
+        return text
+
+
+@dataclass(frozen=True)
 class Registered:
-    """A plugin descriptor together with the kind and the package that provided it."""
+    """A plugin descriptor together with the kind and the package that provided it.
+
+    ``provider`` is the name the module is registered under (its entry point's name, or
+    ``selbench_plugins`` for the built-ins); ``origin`` says which distribution and
+    version it comes from.
+    """
 
     kind: str
     plugin: Plugin
     provider: str
+    origin: Origin | None = None
 
     @property
     def name(self) -> str:
         return self.plugin.name
+
+    @property
+    def distribution(self) -> str | None:
+        """The providing distribution's name (None when unknown)."""
+        return self.origin.distribution if self.origin else None
+
+    @property
+    def distribution_version(self) -> str | None:
+        return self.origin.version if self.origin else None
+
+    def describe(self) -> str:
+        """The plugin for messages: ``recalibrator 'beta' (my-plugins 0.3)``."""
+        where = self.origin.package() if self.origin else self.provider
+        return f"{self.kind} {self.name!r} ({where})"
 
     def validate_params(self, params: dict[str, Any] | None) -> BaseModel:
         """Validate ``params`` against the plugin's model (raises pydantic ValidationError)."""
@@ -66,13 +132,130 @@ def _autoload_disabled() -> bool:
     return os.environ.get(AUTOLOAD_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-def make_plugin_manager(*, autoload: bool | None = None) -> pluggy.PluginManager:
-    """A pluggy manager with selbench's hookspecs, the built-ins, and (unless disabled)
-    every module registered in the ``selbench`` entry-point group."""
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    import selbench_plugins
+def _failure(exc: BaseException, limit: int = 400) -> str:
+    """``ImportError: No module named 'foo'``, ``called sys.exit(3)``: one line."""
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({exc.code!r})"
+    text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
+
+def warn(message: str) -> None:
+    """Print ``selbench: warning: <message>`` on stderr."""
+    print(f"selbench: warning: {message}", file=sys.stderr, flush=True)
+
+
+class SelbenchPluginManager(pluggy.PluginManager):
+    """A pluggy manager whose entry-point loading skips (with a warning) any plugin module
+    that fails to import or to register, and remembers every module's :class:`Origin`."""
+
+    def __init__(self, project_name: str = hookspecs.PROJECT):
+        super().__init__(project_name)
+        #: registered name -> where the module comes from
+        self.origins: dict[str, Origin] = {}
+        #: a message for every plugin module (or hook result) that was skipped
+        self.skipped: list[str] = []
+
+    def skip(self, message: str) -> None:
+        self.skipped.append(message)
+        warn(f"skipped {message}")
+
+    def load_setuptools_entrypoints(self, group: str, name: str | None = None) -> int:
+        """pluggy's loader (same selection: the group, optionally one name, not already
+        registered, not blocked; same ``list_plugin_distinfo``), one entry point at a time:
+        an entry point whose module fails to import or register is skipped with a warning.
+
+        Returns the number of plugin modules loaded.
+        """
+        import importlib.metadata
+
+        count = 0
+        for dist in list(importlib.metadata.distributions()):
+            dist_name, version = _dist_name_version(dist)
+            try:
+                entry_points = list(dist.entry_points)
+            except Exception as exc:  # a malformed entry_points.txt
+                self.skip(f"distribution {dist_name!r}: unreadable entry points: {_failure(exc)}")
+                continue
+            for ep in entry_points:
+                if (
+                    ep.group != group
+                    or (name is not None and ep.name != name)
+                    or self.has_plugin(ep.name)  # already registered
+                    or self.is_blocked(ep.name)
+                ):
+                    continue
+                origin = Origin(ep.value, dist_name, version, ep.name)
+                try:
+                    plugin = ep.load()
+                except (Exception, SystemExit) as exc:
+                    self.skip(f"{origin}: {_failure(exc)}")
+                    continue
+                try:
+                    registered = self.register(plugin, name=ep.name)
+                except (Exception, SystemExit) as exc:
+                    if self.has_plugin(ep.name) and self.get_plugin(ep.name) is plugin:
+                        self.unregister(name=ep.name)  # older pluggy registers before checking
+                    self.skip(f"{origin}: cannot be registered: {_failure(exc)}")
+                    continue
+                if registered is None:  # blocked
+                    continue
+                self._plugin_distinfo.append((plugin, dist))  # as pluggy's own loader
+                self.origins[ep.name] = origin
+                count += 1
+        return count
+
+    def origin(self, name: str) -> Origin:
+        """Where the plugin module registered as ``name`` comes from."""
+        if name not in self.origins:
+            self.origins[name] = _origin_of(name, self.get_plugin(name))
+        return self.origins[name]
+
+
+def _dist_name_version(dist: Any) -> tuple[str, str | None]:
+    try:
+        name = dist.metadata["Name"]
+    except Exception:
+        name = None
+    try:
+        version = dist.version
+    except Exception:
+        version = None
+    return str(name or getattr(dist, "_path", "unknown distribution")), version
+
+
+def _origin_of(name: str, module: Any) -> Origin:
+    """The :class:`Origin` of a module registered by hand (or the built-ins)."""
+    mod_name = getattr(module, "__name__", None) or name
+    if name == BUILTIN_NAME:
+        from selbench import __version__
+
+        return Origin(mod_name, "selbench", __version__)
+    top = mod_name.split(".")[0]
+    try:
+        from importlib.metadata import packages_distributions, version
+
+        dists = packages_distributions().get(top) or []
+        if dists:
+            return Origin(mod_name, dists[0], version(dists[0]))
+    except Exception:
+        pass
+    return Origin(mod_name)
+
+
+def make_plugin_manager(*, autoload: bool | None = None) -> SelbenchPluginManager:
+    """A pluggy manager with selbench's hookspecs, the built-ins, and (unless disabled)
+    every module registered in the ``selbench`` entry-point group that loads."""
+    pm = SelbenchPluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    try:
+        import selbench_plugins
+    except (Exception, SystemExit) as exc:
+        raise PluginError(
+            f"the built-in plugins ({BUILTIN_NAME}) cannot be imported: {_failure(exc)}"
+        ) from exc
     pm.register(selbench_plugins, name=BUILTIN_NAME)
     if autoload is None:
         autoload = not _autoload_disabled()
@@ -81,23 +264,62 @@ def make_plugin_manager(*, autoload: bool | None = None) -> pluggy.PluginManager
     return pm
 
 
+def _result_problem(result: Any) -> tuple[list[Plugin], str | None]:
+    """The hook result as a list of plugins, or what is wrong with it."""
+    if result is None:
+        return [], None
+    if isinstance(result, (str, bytes, Plugin)) or not hasattr(result, "__iter__"):
+        return [], f"it returned {type(result).__name__}, expected a list of selbench.Plugin"
+    plugins = list(result)
+    bad = sorted({type(p).__name__ for p in plugins if not isinstance(p, Plugin)})
+    if bad:
+        return [], f"it must return selbench.Plugin objects, got {', '.join(bad)}"
+    for p in plugins:
+        if not isinstance(p.name, str) or not p.name:
+            return [], f"plugin name {p.name!r} is not a non-empty string"
+        if not callable(p.factory):
+            return [], f"plugin {p.name!r}: factory {p.factory!r} is not callable"
+        if not (isinstance(p.params, type) and issubclass(p.params, BaseModel)):
+            return [], f"plugin {p.name!r}: params {p.params!r} is not a pydantic model class"
+    names = [p.name for p in plugins]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        return [], f"it returns the name(s) {', '.join(map(repr, twice))} more than once"
+    return plugins, None
+
+
 class Registry:
-    """Every plugin of every kind, by name, with clear errors for clashes and typos."""
+    """Every plugin of every kind, by name, with clear errors for clashes and typos.
+
+    Attributes:
+        skipped: a message for every third-party plugin module or hook result that was
+            skipped because it failed (each was also printed as a warning).
+    """
 
     def __init__(self, pm: pluggy.PluginManager):
         self.pm = pm
+        self.skipped: list[str] = list(getattr(pm, "skipped", ()))
         self._by_kind: dict[str, dict[str, Registered]] = {k: {} for k in KINDS}
         for kind in KINDS:
-            hook = getattr(pm.hook, hookspecs.HOOK_FOR_KIND[kind])
+            hook_name = hookspecs.HOOK_FOR_KIND[kind]
+            hook = getattr(pm.hook, hook_name)
             for impl in hook.get_hookimpls():
                 provider = impl.plugin_name
+                origin = (pm.origin(provider) if isinstance(pm, SelbenchPluginManager)
+                          else _origin_of(provider, impl.plugin))  # fmt: skip
+                try:
+                    plugins, problem = _result_problem(impl.function())
+                except (Exception, SystemExit) as exc:
+                    plugins, problem = [], _failure(exc)
+                if problem is not None:
+                    where = f"{hook_name}() of {origin}"
+                    if provider == BUILTIN_NAME:
+                        raise PluginError(f"built-in plugins: {where}: {problem}")
+                    self.skipped.append(f"{where}: {problem}")
+                    warn(f"skipped {where}: {problem}")
+                    continue
                 version = _provider_version(pm, impl.plugin)
-                for plugin in impl.function() or ():
-                    if not isinstance(plugin, Plugin):
-                        raise PluginError(
-                            f"{provider}: {hookspecs.HOOK_FOR_KIND[kind]}() must return "
-                            f"selbench.Plugin objects, got {type(plugin).__name__}"
-                        )
+                for plugin in plugins:
                     if plugin.version is None and version is not None:
                         plugin = Plugin(
                             plugin.name, plugin.factory, plugin.params, plugin.summary, version
@@ -106,9 +328,10 @@ class Registry:
                     if existing is not None:
                         raise PluginError(
                             f"{kind} plugin name {plugin.name!r} is provided twice: by "
-                            f"{existing.provider!r} and by {provider!r}; uninstall or rename one"
+                            f"{existing.provider!r} ({_package(existing.origin)}) and by "
+                            f"{provider!r} ({origin.package()}); uninstall or rename one"
                         )
-                    self._by_kind[kind][plugin.name] = Registered(kind, plugin, provider)
+                    self._by_kind[kind][plugin.name] = Registered(kind, plugin, provider, origin)
 
     def names(self, kind: str) -> list[str]:
         self._check_kind(kind)
@@ -123,7 +346,13 @@ class Registry:
         try:
             return self._by_kind[kind][name]
         except KeyError:
-            raise PluginError(unknown_message(kind, name, self.names(kind))) from None
+            msg = unknown_message(kind, name, self.names(kind))
+            if self.skipped:
+                msg += (
+                    f" ({len(self.skipped)} third-party plugin module(s) or hook result(s) "
+                    "failed to load and were skipped; see the warnings)"
+                )
+            raise PluginError(msg) from None
 
     def providers(self) -> dict[str, str | None]:
         """Provider name -> version, for provenance records."""
@@ -137,6 +366,10 @@ class Registry:
     def _check_kind(kind: str) -> None:
         if kind not in KINDS:
             raise PluginError(unknown_message("plugin kind", kind, list(KINDS)))
+
+
+def _package(origin: Origin | None) -> str:
+    return origin.package() if origin is not None else "unknown distribution"
 
 
 def unknown_message(kind: str, name: str, known: list[str]) -> str:
