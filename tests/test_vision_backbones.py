@@ -290,7 +290,7 @@ METHODS = [
 
 
 def _run_e2e(tmp_path, experiment: dict, data_dirs: list[Path], n_methods: int = 3):
-    from selbench.runner import run
+    from selbench.runner import RunError, run
 
     spec = {
         "spec_version": 1, "name": "vision-e2e", "seeds": [0], "device": "cpu",
@@ -309,12 +309,32 @@ def _run_e2e(tmp_path, experiment: dict, data_dirs: list[Path], n_methods: int =
     for f in cached:
         with np.load(f) as z:
             assert z["features"].dtype == np.float32 and z["logits"].dtype == np.float32
-    # the data is gone: a fresh run (new results folder) must come from the output cache
-    for d in data_dirs:
-        shutil.rmtree(d)
+    # a fresh run (new results folder) on unchanged data comes from the output cache
+    stamps = {f: f.stat().st_mtime_ns for f in cached}
     again = run(spec, out_dir=tmp_path / "out2", progress=False, plots=False)
     assert again.computed == n_methods
     assert sorted(cache.glob("*.npz")) == cached
+    assert {f: f.stat().st_mtime_ns for f in cached} == stamps
+    # the data changes (a file added to each data folder): its content key changes, so the
+    # outputs are extracted again rather than served stale from the cache
+    for d in data_dirs:
+        (Path(d) / "added-later.txt").write_text("x")
+    third = run(spec, out_dir=tmp_path / "out3", progress=False, plots=False)
+    assert third.computed == n_methods
+    assert len(set(cache.glob("*.npz")) - set(cached)) == len(splits)
+    # without its data the spec is refused before any work, naming the missing input
+    for d in data_dirs:
+        shutil.rmtree(d)
+    from selbench.spec import SpecError
+
+    try:
+        run(spec, out_dir=tmp_path / "out4", progress=False, plots=False)
+    except SpecError as exc:
+        assert any("no such folder" in e for e in exc.errors)
+    except RunError as exc:  # inputs the plugin may create itself (download: true)
+        assert "never downloads" in str(exc)
+    else:
+        raise AssertionError("a run without its data must fail")
     return board
 
 
@@ -370,10 +390,30 @@ def test_e2e_cifar100c_clip(tmp_path):
 PAPER = Path(__file__).resolve().parents[1] / "specs" / "paper.yaml"
 
 
-def test_paper_spec_is_valid_and_follows_appendix_a():
+def _paper_with_placeholder_inputs(tmp_path: Path) -> Path:
+    """specs/paper.yaml copied into ``tmp_path`` with an empty placeholder at every data and
+    checkpoint path it names (relative paths resolve against the spec's folder)."""
+    from selbench.spec import SpecError, load_spec
+
+    spec = tmp_path / "paper.yaml"
+    spec.write_text(PAPER.read_text())
+    with pytest.raises(SpecError) as info:
+        load_spec(spec)
+    for line in info.value.errors:
+        kind, _, path = line.partition(": no such ")[2].partition(": ")
+        assert kind in ("file", "folder"), line
+        if kind == "folder":
+            Path(path).mkdir(parents=True, exist_ok=True)
+        else:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).touch()
+    return spec
+
+
+def test_paper_spec_is_valid_and_follows_appendix_a(tmp_path):
     from selbench.spec import load_spec
 
-    spec = load_spec(PAPER).spec
+    spec = load_spec(_paper_with_placeholder_inputs(tmp_path)).spec
     exps = {e.name: e for e in spec.experiments}
     assert list(exps) == ["camelyon17", "imagenet", "rxrx1", "cifar100-c"]
     assert {k: e.n_fit for k, e in exps.items()} == {
@@ -402,11 +442,15 @@ def test_paper_spec_is_valid_and_follows_appendix_a():
     assert exps["cifar100-c"].dataset.params["augmix_splits"] == ["val"]
 
 
-def test_paper_spec_without_data_fails_fast_with_instructions(tmp_path):
-    from selbench.runner import run
+def test_paper_spec_without_data_fails_fast_with_instructions(tmp_path, capsys):
+    """Without the data the spec is refused before any work (exit 2), every missing data
+    folder and checkpoint named with its YAML path, resolved against the spec's folder."""
+    from selbench.cli import main
 
-    with pytest.raises(FileNotFoundError) as info:
-        run(PAPER, out_dir=tmp_path / "out", device="cpu", progress=False, plots=False,
-            overrides=[f"experiments.camelyon17.dataset.params.root_dir={tmp_path}/wilds",
-                       f"experiments.camelyon17.backbone.params.checkpoint={tmp_path}/x.pth"])
-    assert "never downloads" in str(info.value) and str(tmp_path) in str(info.value)
+    assert main(["run", str(PAPER), "--out", str(tmp_path / "out"), "--device", "cpu",
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and not (tmp_path / "out").exists()
+    specs = PAPER.parent
+    assert f"experiments[0].backbone.params.checkpoint: no such file: {specs}/checkpoints/" in err
+    assert f"experiments[1].dataset.params.root: no such folder: {specs}/data/imagenet/val" in err

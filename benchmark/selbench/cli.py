@@ -99,6 +99,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     from selbench.api import KINDS
     from selbench.plugins import get_registry
 
+    from selbench.inputs import declared_inputs
+
     reg = get_registry()
     kinds = [args.kind] if args.kind else list(KINDS)
     for kind in kinds:
@@ -107,9 +109,14 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         for entry in entries:
             plugin = entry.plugin
             print(f"  {plugin.name:<20} {plugin.describe()}  [{entry.provider}]")
+            inputs = declared_inputs(plugin.params)
             for fname, finfo in plugin.params.model_fields.items():
                 default = "required" if finfo.is_required() else f"default {finfo.get_default(call_default_factory=True)!r}"
                 ann = _type_name(finfo.annotation)
+                if fname in inputs:  # a path the core resolves, checks and hashes
+                    ann = "input " + ("file" if inputs[fname].kind == "file" else "folder")
+                    if not finfo.is_required() and finfo.get_default() is None:
+                        ann += " | None"
                 desc = f" — {finfo.description}" if finfo.description else ""
                 print(f"      {fname}: {ann} ({default}){desc}")
         print()
