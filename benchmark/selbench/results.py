@@ -52,6 +52,8 @@ __all__ = [
 ]
 
 CELL_SCHEMA = 2
+#: the problem of a cell written before the typed records (recomputed, one summary line)
+LEGACY = "written by an older selbench"
 RUN_SCHEMA = 2
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 #: the per-example arrays a cell stores (first seed), for figures
@@ -284,6 +286,9 @@ class ResultsDir:
             data = json.loads(path.read_bytes().decode("utf-8"))
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             check.problem = f"unreadable ({type(exc).__name__})"
+            return check
+        if isinstance(data, dict) and "schema_version" not in data and "format" in data:
+            check.problem = LEGACY
             return check
         try:
             record = CellRecord.model_validate(data)

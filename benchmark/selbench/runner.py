@@ -43,6 +43,7 @@ from selbench.evaluate import EvaluationError, check_vector, eval_rows, fit_indi
 from selbench.inputs import DigestCache, InputError, digest_input
 from selbench.results import (
     CELL_SCHEMA,
+    LEGACY,
     CellCheck,
     CellRecord,
     ResultsDir,
@@ -282,6 +283,8 @@ def plan_cells(resolved: ResolvedSpec, results: ResultsDir, ident: Identity) -> 
 def why_recomputed(cell: Cell, check: CellCheck) -> str:
     """One short reason a finished cell is not reused."""
     prev = check.previous
+    if check.problem == LEGACY:
+        return LEGACY
     if prev is None:
         return f"cell file {check.problem}"
     old, new = prev.components, cell.components
@@ -797,7 +800,7 @@ def _run_locked(resolved, results, cache, dev, progress, plots, force, only, tqd
         if check.problem != "missing":
             reason = why_recomputed(c, check)
             report.reasons[reason] = report.reasons.get(reason, 0) + 1
-            if check.previous is None:
+            if check.previous is None and check.problem != LEGACY:
                 print(f"selbench: warning: {c.path}: {check.problem}; recomputing it",
                       file=sys.stderr)
     report.reused = len(cells) - len(todo)
