@@ -97,9 +97,8 @@ def _add_combine_options(p: argparse.ArgumentParser, what: str) -> None:
 
 def cmd_plugins(args: argparse.Namespace) -> int:
     from selbench.api import KINDS
-    from selbench.plugins import get_registry
-
     from selbench.inputs import declared_inputs
+    from selbench.plugins import get_registry
 
     reg = get_registry()
     kinds = [args.kind] if args.kind else list(KINDS)
