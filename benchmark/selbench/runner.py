@@ -289,7 +289,7 @@ def why_recomputed(cell: Cell, check: CellCheck) -> str:
         return f"cell file {check.problem}"
     old, new = prev.components, cell.components
     if not old:
-        return "written by an older selbench"
+        return LEGACY
     if old.get("core") != new["core"]:
         return "selbench's metric definitions changed"
     changed = [new["names"][attr] for attr in new["code"]
