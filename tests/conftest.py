@@ -3,6 +3,7 @@ thread for tiny forward passes."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -96,3 +97,25 @@ def reseal_cell(path) -> None:
 
     record = CellRecord.model_validate(_json.loads(path.read_text()))
     path.write_text(_json.dumps(record.sealed().model_dump(mode="json")))
+
+
+def install_distribution(root: Path, dist: str, version: str, modules: dict[str, str],
+                         entry_points: dict[str, str] | None = None) -> Path:
+    """Install a fake third-party distribution on ``root`` as ``pip install`` leaves it: each
+    module of ``modules`` (name -> source, dedented) as ``root/<name>.py``, and a
+    ``<dist>-<version>.dist-info`` folder (``-`` in ``dist`` written ``_``) with ``METADATA``
+    and an ``entry_points.txt`` whose ``[selbench]`` group maps each entry-point name to its
+    target (``module`` or ``module:attr``); by default one entry point per module, named
+    after it. ``root`` is created if needed and returned, for the caller to put on
+    ``sys.path`` or ``PYTHONPATH``."""
+    root.mkdir(parents=True, exist_ok=True)
+    for module, source in modules.items():
+        (root / f"{module}.py").write_text(textwrap.dedent(source))
+    if entry_points is None:
+        entry_points = {module: module for module in modules}
+    info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    lines = "".join(f"{name} = {target}\n" for name, target in entry_points.items())
+    (info / "entry_points.txt").write_text(f"[selbench]\n{lines}")
+    return root

@@ -5,7 +5,7 @@ import re
 import sys
 
 import pytest
-from conftest import REPO, tiny_spec
+from conftest import REPO, install_distribution, tiny_spec
 from selbench.plugins import AUTOLOAD_ENV, get_registry
 from selbench.runner import run
 
@@ -19,13 +19,10 @@ def _blocks(lang):
 def example_installed(tmp_path, monkeypatch):
     code = next(b for b in _blocks("python") if b.startswith("# my_selbench_plugins.py"))
     toml = next(b for b in _blocks("toml") if "[project.entry-points.selbench]" in b)
-    (tmp_path / "my_selbench_plugins.py").write_text(code)
     entry = toml.split("[project.entry-points.selbench]", 1)[1].strip()
     name, target = (s.strip().strip('"') for s in entry.split("=", 1))
-    dist = tmp_path / "my_selbench_plugins-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-selbench-plugins\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(f"[selbench]\n{name} = {target}\n")
+    install_distribution(tmp_path, "my-selbench-plugins", "0.1", {"my_selbench_plugins": code},
+                         {name: target})
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv(AUTOLOAD_ENV, raising=False)
     get_registry(refresh=True)

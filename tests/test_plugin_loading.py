@@ -14,12 +14,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 import types
 from pathlib import Path
 
 import pytest
-from conftest import REPO, tiny_spec
+from conftest import REPO, install_distribution, tiny_spec
 from selbench import hookimpl
 from selbench.plugins import (
     AUTOLOAD_ENV,
@@ -99,11 +98,7 @@ HOOK_LEVEL = {"hook-raises", "hook-exits", "hook-wrong", "hook-scalar", "hook-ba
 def install(root: Path, dist: str, version: str, module: str, target: str, code: str,
             entry: str | None = None) -> None:
     """A distribution as pip leaves it: the module and its dist-info on ``root``."""
-    (root / f"{module}.py").write_text(textwrap.dedent(code))
-    info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
-    (info / "entry_points.txt").write_text(f"[selbench]\n{entry or module} = {target}\n")
+    install_distribution(root, dist, version, {module: code}, {entry or module: target})
 
 
 def expected_warning(dist, version, module, target, tail) -> str:

@@ -1,10 +1,10 @@
 """Plugin discovery: built-ins, entry points, duplicates, typos, the autoload switch."""
 
 import sys
-import textwrap
 import types
 
 import pytest
+from conftest import install_distribution
 from selbench import Plugin, hookimpl
 from selbench.api import KINDS
 from selbench.plugins import AUTOLOAD_ENV, PluginError, Registry, get_registry, make_plugin_manager
@@ -66,7 +66,7 @@ def test_hook_returning_something_else_than_plugins_is_skipped_with_a_warning(ca
 @pytest.fixture
 def installed_distribution(tmp_path, monkeypatch):
     """A real installed distribution (dist-info + module on sys.path) with a selbench entry point."""
-    (tmp_path / "ext_selbench_demo.py").write_text(textwrap.dedent('''
+    install_distribution(tmp_path, "ext-selbench-demo", "1.2.3", {"ext_selbench_demo": '''
         import numpy as np
         from selbench import Plugin, Recalibrator, hookimpl
 
@@ -82,11 +82,7 @@ def installed_distribution(tmp_path, monkeypatch):
         @hookimpl
         def selbench_recalibrators():
             return [Plugin("halve", Halve)]
-    '''))
-    dist = tmp_path / "ext_selbench_demo-1.2.3.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ext-selbench-demo\nVersion: 1.2.3\n")
-    (dist / "entry_points.txt").write_text("[selbench]\ndemo = ext_selbench_demo\n")
+    '''}, {"demo": "ext_selbench_demo"})
     monkeypatch.syspath_prepend(str(tmp_path))
     yield
     sys.modules.pop("ext_selbench_demo", None)

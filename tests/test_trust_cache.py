@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 import yaml
-from conftest import tiny_spec
+from conftest import install_distribution, tiny_spec
 from selbench.cli import main
 from selbench.results import CellRecord
 from selbench.runner import run
@@ -149,14 +149,8 @@ def selbench_recalibrators():
 
 def _install_plugin(tmp_path, monkeypatch):
     """A third-party distribution `shrink-plugin` with a `selbench` entry point."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "shrink_plugin.py").write_text(PLUGIN)
-    info = site / "shrink_plugin-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: shrink-plugin\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[selbench]\nshrink = shrink_plugin\n")
-    return site
+    return install_distribution(tmp_path / "site", "shrink-plugin", "1.0",
+                                {"shrink_plugin": PLUGIN}, {"shrink": "shrink_plugin"})
 
 
 def _cli(args, site, cwd):

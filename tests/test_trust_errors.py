@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import tiny_spec
+from conftest import install_distribution, tiny_spec
 from selbench.cli import main
 from selbench.plugins import AUTOLOAD_ENV, get_registry
 from selbench.results import RunRecord
@@ -323,13 +323,8 @@ def selbench_recalibrators():
 
 def _install_plugins(where: Path) -> Path:
     """A real third-party distribution (dist-info + entry point) under ``where``."""
-    where.mkdir(exist_ok=True)
-    (where / "trust_plugins.py").write_text(textwrap.dedent(PLUGIN_MODULE))
-    dist = where / "trust_plugins-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: trust-plugins\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[selbench]\ntrust = trust_plugins\n")
-    return where
+    return install_distribution(where, "trust-plugins", "0.1", {"trust_plugins": PLUGIN_MODULE},
+                                {"trust": "trust_plugins"})
 
 
 @pytest.fixture
