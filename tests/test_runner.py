@@ -186,3 +186,29 @@ def test_device_resolution():
     if not torch.cuda.is_available():
         with pytest.raises(RunError, match="no CUDA device"):
             resolve_device("cuda")
+
+
+def test_fit_checks_leave_plugins_untouched(tmp_path, monkeypatch):
+    """The runner checks what plugins return while they are fitted without changing the
+    instances (their vars() and type() stay theirs): equal recalibrators of one seed's
+    training β's are still fitted once, and the classes are restored afterwards."""
+    from selbench_plugins.recalibrators.temperature import TemperatureScaling
+
+    fits = []
+    real_fit = TemperatureScaling.fit
+
+    def counting_fit(self, outputs, context):
+        fits.append(sorted(vars(self)))
+        return real_fit(self, outputs, context)
+
+    monkeypatch.setattr(TemperatureScaling, "fit", counting_fit)
+    def methods():  # pickling adds __slotnames__, which is not ours to check
+        return {k: v for k, v in vars(TemperatureScaling).items() if not k.startswith("__")}
+
+    before = methods()
+    spec = tiny_spec(seeds=[0], betas=[0.8, 0.9], train_beta="per_beta", report="betas")
+    run(spec, out_dir=tmp_path, progress=False, plots=False)
+    # two methods use temperature scaling; each is fitted once for both training β's
+    assert len(fits) == 2
+    assert all("confidence" not in names and "predict" not in names for names in fits)
+    assert methods() == before

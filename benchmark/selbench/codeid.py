@@ -50,13 +50,14 @@ def _is_package(name: str) -> bool:
     return origin is not None and origin.name == "__init__.py"
 
 
-def _imports(name: str, source: bytes) -> set[str]:
+@cache
+def _imports(name: str, source: bytes) -> frozenset[str]:
     """Absolute names of the modules ``name``'s source imports (``from x import y`` gives
     ``x`` and, when it is a module, ``x.y``)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
-        return set()
+        return frozenset()
     package = name if _is_package(name) else name.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -75,7 +76,7 @@ def _imports(name: str, source: bytes) -> set[str]:
                 continue
             found.add(mod)
             found.update(f"{mod}.{alias.name}" for alias in node.names if alias.name != "*")
-    return found
+    return frozenset(found)
 
 
 @cache
@@ -89,7 +90,18 @@ def _source(name: str) -> bytes | None:
         return None
 
 
+@cache
+def _closure(name: str) -> tuple[str, ...]:
+    return tuple(module_closure_uncached(name))
+
+
 def module_closure(name: str) -> list[str]:
+    """``name`` and every module of its top-level package it imports, transitively; sorted
+    (remembered per process: the code a process runs does not change under it)."""
+    return list(_closure(name))
+
+
+def module_closure_uncached(name: str) -> list[str]:
     """``name`` and every module of its top-level package it imports, transitively; sorted."""
     top = name.split(".")[0]
     seen: set[str] = set()
@@ -142,4 +154,6 @@ def core_digest() -> str:
 def clear_caches() -> None:
     """Forget the sources read so far (tests that edit a module between runs in one process)."""
     _source.cache_clear()
+    _imports.cache_clear()
+    _closure.cache_clear()
     core_digest.cache_clear()

@@ -354,20 +354,29 @@ def _failure(where: str, stage: str, exc: BaseException, blame: str | None) -> R
 class _Guard:
     """During fitting, checks what a recalibrator's ``confidence``/``predict`` and a
     selector's ``score`` return, so that a bad value is blamed on the plugin that produced
-    it, not on the plugin that received it. Installed as instance attributes (the objects
-    stay what they are) and removed afterwards."""
+    it, not on the plugin that received it.
+
+    The checking wrappers are set on the plugin's class for the duration of the fit (every
+    job of a ``fit_many`` call is one method, so one class per role) and the class is
+    restored afterwards: instances keep their own ``vars()`` and ``type()``, which schemes
+    may compare (e.g. to fit equal recalibrators once).
+    """
 
     def __init__(self):
-        self._installed: list[tuple[Any, str]] = []
+        self._saved: list[tuple[type, str, Any]] = []
+        self._missing = object()
 
     def watch(self, obj: Any, name: str, what: str, lo=None, hi=None, integer=False,
               classes=False) -> None:
-        original = getattr(obj, name, None)
-        if original is None or name in getattr(obj, "__dict__", {}):
+        klass = type(obj)
+        if any(k is klass and n == name for k, n, _ in self._saved):
+            return
+        original = getattr(klass, name, None)
+        if original is None or not callable(original):
             return
 
-        def checked(outputs, *args, **kwargs):
-            values = original(outputs, *args, **kwargs)
+        def checked(self_, outputs, *args, **kwargs):
+            values = original(self_, outputs, *args, **kwargs)
             try:
                 n = len(outputs)
                 high = outputs.num_classes - 1 if classes else hi
@@ -376,16 +385,20 @@ class _Guard:
             check_vector(values, n, f"{what}.{name}", lo, high, integer)
             return values
 
+        previous = klass.__dict__.get(name, self._missing)
         try:
-            obj.__dict__[name] = checked
-        except (AttributeError, TypeError):
+            setattr(klass, name, checked)
+        except (AttributeError, TypeError):  # a class that cannot be patched is not checked
             return
-        self._installed.append((obj, name))
+        self._saved.append((klass, name, previous))
 
     def remove(self) -> None:
-        for obj, name in self._installed:
-            obj.__dict__.pop(name, None)
-        self._installed.clear()
+        for klass, name, previous in reversed(self._saved):
+            if previous is self._missing:
+                delattr(klass, name)
+            else:
+                setattr(klass, name, previous)
+        self._saved.clear()
 
 
 def _fit_guarded(fit, objects: list[tuple[Any, Any]], names: tuple[str, str]) -> None:
