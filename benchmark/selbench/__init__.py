@@ -26,6 +26,20 @@ from selbench.inputs import InputDir, InputFile
 
 __version__ = "0.1.0"
 
+
+def run(spec, **kwargs):
+    """Run (or resume) a spec and return its results: see :func:`selbench.runner.run`.
+
+    ``spec`` is a YAML path, a dict or a resolved spec; the keyword arguments are those of
+    :func:`selbench.runner.run` (``out_dir``, ``device``, ``overrides``, ``cache_dir``,
+    ``progress``, ``plots``, ``force``, ``only``). The returned
+    :class:`~selbench.runner.RunResults` gives the typed cell records (``.cells()``), the
+    leaderboard (``.leaderboard()``) and a pandas frame (``.to_frame()``).
+    """
+    from selbench.runner import run as _run
+
+    return _run(spec, **kwargs)
+
 __all__ = [
     "Backbone",
     "CoverageLoss",
@@ -44,6 +58,7 @@ __all__ = [
     "Selector",
     "SplitData",
     "__version__",
+    "run",
     "hookimpl",
     "hookspec",
 ]
