@@ -4,7 +4,12 @@ Public API for plugin authors: :class:`Plugin`, :class:`Params`, the six base cl
 (:class:`Dataset`, :class:`Backbone`, :class:`Selector`, :class:`Recalibrator`,
 :class:`SelectionLoss` / :class:`CoverageLoss`, :class:`Scheme`), :class:`ModelOutputs`,
 :class:`FitContext` and the :data:`hookimpl` marker. Metrics live in :mod:`selbench.metrics`.
+
+For scikit-learn users: :class:`SelectiveRecalibrator` (:mod:`selbench.estimator`) fits a
+method on your own arrays; :func:`run` runs a spec.
 """
+
+from typing import TYPE_CHECKING
 
 from selbench.api import (
     Backbone,
@@ -24,6 +29,9 @@ from selbench.data import DataError, ModelOutputs
 from selbench.hookspecs import hookimpl, hookspec
 from selbench.inputs import InputDir, InputFile
 
+if TYPE_CHECKING:  # pragma: no cover - imported lazily by __getattr__ below
+    from selbench.estimator import SelectiveRecalibrator
+
 __version__ = "0.1.0"
 
 
@@ -40,6 +48,16 @@ def run(spec, **kwargs):
 
     return _run(spec, **kwargs)
 
+
+def __getattr__(name):
+    # SelectiveRecalibrator imports scikit-learn (about a second): only when asked for
+    if name == "SelectiveRecalibrator":
+        from selbench.estimator import SelectiveRecalibrator
+
+        return SelectiveRecalibrator
+    raise AttributeError(f"module 'selbench' has no attribute {name!r}")
+
+
 __all__ = [
     "Backbone",
     "CoverageLoss",
@@ -55,6 +73,7 @@ __all__ = [
     "Recalibrator",
     "Scheme",
     "SelectionLoss",
+    "SelectiveRecalibrator",
     "Selector",
     "SplitData",
     "__version__",

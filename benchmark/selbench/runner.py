@@ -13,8 +13,13 @@ schemes do, to train all replicas as one batched model), the unfinished cells of
 method — its seeds × training β — are fitted by one ``fit_many`` call, then evaluated and
 written one by one as above; otherwise each cell is fitted on its own.
 
-The runner knows nothing about individual plugins: it builds them from the registry and
-drives them through the interfaces in :mod:`selbench.api`.
+Each cell is a :class:`~selbench.estimator.SelectiveRecalibrator` whose parameters are the
+method's YAML fields (``scheme``, ``selector``, ``recalibrator``, ``loss``, ``coverage``, with
+their validated params) and the cell's training β, seed and device: the estimator builds the
+plugins from the registry, fits them (``fit``, or its components as one job of
+``fit_many``) and scores and measures the evaluation data, so a Python user fitting the same
+estimator on the same rows gets the cell's numbers. The runner knows nothing about individual
+plugins: it drives them through the interfaces in :mod:`selbench.api`.
 """
 
 from __future__ import annotations
@@ -30,16 +35,16 @@ import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
 
 import selbench
-from selbench.api import FitContext, FitJob, Scheme
+from selbench.api import FitContext, Scheme
 from selbench.codeid import code_digest, core_digest
 from selbench.data import DataError, ModelOutputs
-from selbench.evaluate import EvaluationError, check_vector, eval_rows, fit_indices, measure, score
+from selbench.evaluate import EvaluationError, check_vector, eval_rows, fit_indices
 from selbench.inputs import DigestCache, InputError, digest_input
 from selbench.results import (
     CELL_SCHEMA,
@@ -62,6 +67,9 @@ from selbench.spec import (
     load_spec,
 )
 from selbench.store import OutputCache
+
+if TYPE_CHECKING:  # pragma: no cover - imported when a method is built (scikit-learn is slow)
+    from selbench.estimator import SelectiveRecalibrator
 
 __all__ = ["Leaderboard", "RunError", "RunReport", "RunResults", "fit_indices", "resolve_device",
            "run", "slug"]
@@ -517,12 +525,19 @@ def _plain(domain: np.ndarray | None) -> np.ndarray:
 
 @dataclass
 class FittedCell:
-    """A cell's selector and recalibrator, fitted by a group's ``fit_many`` call."""
+    """A cell's estimator, fitted by a group's ``fit_many`` call."""
 
-    selector: Any
-    recalibrator: Any
+    estimator: SelectiveRecalibrator
     fit_s: float  # the group's fitting time divided by its number of cells
     batch: int  # number of cells fitted together
+
+    @property
+    def selector(self) -> Any:
+        return self.estimator.selector_
+
+    @property
+    def recalibrator(self) -> Any:
+        return self.estimator.recalibrator_
 
 
 def batches(scheme: Any) -> bool:
@@ -541,10 +556,23 @@ def method_groups(cells: list[Cell]) -> list[list[Cell]]:
     return groups
 
 
+def method_params(resolved: ResolvedSpec, method: MethodSpec) -> dict[str, Any]:
+    """A spec's method as :class:`~selbench.estimator.SelectiveRecalibrator` parameters: each
+    component ``{name, params}`` with its validated params (defaults filled in, input paths
+    resolved against the spec's folder), absent losses None."""
+    params: dict[str, Any] = {attr: None for _, attr in _METHOD_FIELDS}
+    for kind, attr, comp in _method_fields(method):
+        params[attr] = {"name": comp.name, "params": resolved.params(kind, comp)}
+    return params
+
+
 class _Method:
-    """Builds a method's plugins, naming the one that fails."""
+    """A method's cells as :class:`~selbench.estimator.SelectiveRecalibrator` estimators
+    (its YAML fields are the estimator's parameters), naming the plugin that fails."""
 
     def __init__(self, resolved: ResolvedSpec, e_i: int, m_i: int, spec_hash: str = ""):
+        from selbench.estimator import ParamsError, SelectiveRecalibrator
+
         self.resolved = resolved
         self.spec_hash = spec_hash
         self.exp: ExperimentSpec = resolved.spec.experiments[e_i]
@@ -554,22 +582,41 @@ class _Method:
                       for kind, attr, comp in _method_fields(self.method)}
         self.factories = [(self.names[attr], resolved.registry.get(kind, comp.name).plugin.factory)
                           for kind, attr, comp in _method_fields(self.method)]
+        self.params = method_params(resolved, self.method)
+        self._estimator = SelectiveRecalibrator
+        try:  # validated with the spec already: the same rules, so this never fails
+            self.plan = SelectiveRecalibrator(**self.params)._plan()
+        except ParamsError as exc:  # pragma: no cover
+            raise SpecError([f"experiments[{e_i}].methods[{m_i}].{e}" for e in exc.errors],
+                            resolved.source) from None
 
-    def build(self, attr: str) -> Any:
-        comp = getattr(self.method, attr)
-        if comp is None:
-            return None
-        kind = dict((a, k) for k, a in _METHOD_FIELDS)[attr]
+    def estimator(self, seed: int, beta: float, device: str) -> SelectiveRecalibrator:
+        """The (unfitted) estimator of one cell."""
+        return self._estimator(**self.params, beta=float(beta), seed=seed, device=device)
+
+    def building(self, attr: str, make):
+        """``make()`` (build the component ``attr``), naming the plugin if it raises."""
         try:
-            return self.resolved.build(kind, comp)
+            return make()
         except (KeyboardInterrupt, GeneratorExit):
             raise
         except BaseException as exc:
+            comp = getattr(self.method, attr)
             raise _failure(self.where, f"building it from params {comp.params}", exc,
                            self.names[attr]) from exc
 
-    def objects(self) -> tuple[Any, Any, Any, Any]:
-        return tuple(self.build(a) for a in ("selector", "recalibrator", "loss", "coverage"))
+    def build(self, attr: str) -> Any:
+        """A new component ``attr`` (None for an absent loss), as the estimator builds it."""
+        return self.building(attr, lambda: self.plan.build(attr))
+
+    def fit(self, cell: Cell, outputs: ModelOutputs, device: str) -> SelectiveRecalibrator:
+        """Fit one cell's estimator on ``outputs`` with the scheme's ``fit``."""
+        est = self.estimator(cell.seed, cell.train_beta, device)
+        built = est._build(wrap=self.building, plan=self.plan)
+        self.run("fitting", lambda: _fit_guarded(lambda: est._fit_built(built, outputs),
+                                                 [(built.recalibrator, built.selector)],
+                                                 self.pair_names()))
+        return est
 
     def pair_names(self) -> tuple[str, str]:
         return self.names["recalibrator"], self.names["selector"]
@@ -594,12 +641,15 @@ def fit_group(
     """Fit the cells of one method with one ``scheme.fit_many`` call; cell key -> result."""
     exp = m.exp
     fit_all = outputs[exp.fit_split]
-    jobs = []
+    estimators, builts, jobs = [], [], []
     for cell in cells:
         idx = fit_indices(len(fit_all), exp.n_fit, cell.seed, f"experiments[{cell.e_i}].n_fit")
-        selector, recalibrator, loss, coverage = m.objects()
-        ctx = FitContext(seed=cell.seed, device=device, beta=cell.train_beta, progress=False)
-        jobs.append(FitJob(fit_all.subset(idx), selector, recalibrator, loss, coverage, ctx))
+        est = m.estimator(cell.seed, cell.train_beta, device)
+        built = est._build(wrap=m.building, plan=m.plan)
+        built.scheme = scheme  # one scheme fits the group
+        estimators.append(est)
+        builts.append(built)
+        jobs.append(built.job(fit_all.subset(idx)))
     _seed_everything(cells[0].seed)
     t0 = time.perf_counter()
     m.run("fitting", lambda: _fit_guarded(lambda: scheme.fit_many(jobs),
@@ -607,8 +657,8 @@ def fit_group(
                                           m.pair_names()))
     share = (time.perf_counter() - t0) / len(cells)
     return {
-        cell.key: FittedCell(job.selector, job.recalibrator, share, len(cells))
-        for cell, job in zip(cells, jobs)
+        cell.key: FittedCell(est._adopt(built, job.outputs), share, len(cells))
+        for cell, est, built, job in zip(cells, estimators, builts, jobs)
     }
 
 
@@ -678,21 +728,15 @@ def run_cell(
 
     timing: dict[str, float] = {}
     if fitted is None:
-        _seed_everything(cell.seed)
-        scheme = m.build("scheme")
-        selector, recalibrator, loss, coverage = m.objects()
-        ctx = FitContext(seed=cell.seed, device=device, beta=cell.train_beta, progress=False)
         fit_out = fit_all.subset(idx)
         t0 = time.perf_counter()
-        m.run("fitting", lambda: _fit_guarded(
-            lambda: scheme.fit(fit_out, selector=selector, recalibrator=recalibrator,
-                               loss=loss, coverage=coverage, context=ctx),
-            [(recalibrator, selector)], m.pair_names()))
+        est = m.fit(cell, fit_out, device)
         timing["fit_s"] = round(time.perf_counter() - t0, 4)
     else:
-        selector, recalibrator = fitted.selector, fitted.recalibrator
+        est = fitted.estimator
         timing["fit_s"] = round(fitted.fit_s, 4)
         timing["fit_batch"] = fitted.batch
+    selector, recalibrator = est.selector_, est.recalibrator_
     t1 = time.perf_counter()
     key = None
     if memo is not None:
@@ -702,13 +746,12 @@ def run_cell(
     if key is not None and key in memo:
         arrays = memo[key]
     else:
-        arrays = m.run("scoring the evaluation data",
-                       lambda: score(eval_out, recalibrator, selector, m.pair_names()))
+        arrays = m.run("scoring the evaluation data", lambda: est._score(eval_out))
         if key is not None:
             memo[key] = arrays
     delta = exp.coverage_guarantee.delta if exp.coverage_guarantee else None
-    selects = bool(getattr(selector, "selects", True))
-    metrics = measure(arrays, cell.eval_betas, delta=delta, seed=cell.seed, selects=selects)
+    selects = est._selects()
+    metrics = est._measure(arrays, cell.eval_betas, delta)  # as est.evaluate(eval_out, ...)
     t2 = time.perf_counter()
     stored = None
     if cell.needs_arrays:
