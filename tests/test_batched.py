@@ -13,7 +13,7 @@ from selbench import FitContext, ModelOutputs
 from selbench import runner as runner_mod
 from selbench.api import FitJob, Scheme, SelectionLoss
 from selbench.plugins import get_registry
-from selbench_plugins.recalibrators._common import BatchedMLP, build_mlp, group_streams
+from selbench.torchutils import BatchedMLP, build_mlp, group_streams
 
 TOL = 1e-5
 FAST = {"epochs": 12, "lr": 5e-3, "batch_size": 64}

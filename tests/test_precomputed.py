@@ -11,11 +11,8 @@ from selbench.api import FitContext
 from selbench.data import DataError, ModelOutputs
 from selbench.metrics import ece
 from selbench.plugins import get_registry
-from selbench_plugins.datasets.precomputed import (
-    PrecomputedBackbone,
-    PrecomputedDataset,
-    PrecomputedParams,
-)
+from selbench_plugins.backbones.precomputed import PrecomputedBackbone
+from selbench_plugins.datasets.precomputed import PrecomputedDataset, PrecomputedParams
 
 CTX = FitContext(seed=0)
 

@@ -9,8 +9,9 @@ from scipy.optimize import minimize, minimize_scalar
 from scipy.special import log_softmax
 from selbench import FitContext, ModelOutputs
 from selbench.api import SelectionLoss
+from selbench.checks import NotFittedError
 from selbench.plugins import get_registry
-from selbench_plugins.recalibrators._common import NotFittedError, equal_mass_edges
+from selbench_plugins.recalibrators._common import equal_mass_edges
 from selbench_plugins.recalibrators.platt import LOGIT_CLIP, platt_inputs
 from selbench_plugins.recalibrators.temperature import fit_temperature
 from sklearn.linear_model import LogisticRegression

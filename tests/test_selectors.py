@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 from selbench import FitContext, ModelOutputs
+from selbench.checks import NotFittedError
 from selbench.plugins import get_registry
-from selbench_plugins.recalibrators._common import NotFittedError
 
 CTX = FitContext(seed=0)
 

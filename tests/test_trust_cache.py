@@ -222,6 +222,7 @@ def test_code_digest_covers_the_modules_a_plugin_imports():
     mods = module_closure("selbench_plugins.recalibrators.temperature")
     assert "selbench_plugins.recalibrators.temperature" in mods
     assert "selbench_plugins.recalibrators._common" in mods
+    assert "selbench.torchutils" in mods  # selbench's plugin toolkit it builds on
     assert not any(m.startswith("selbench_plugins.datasets") for m in mods)
 
 

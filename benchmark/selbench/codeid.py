@@ -7,11 +7,13 @@ cell. Hand-written version strings play no part in reuse.
 :func:`code_digest` of a plugin's factory is the SHA-256 of the source of the module that
 defines it together with every module of the same top-level package that module imports,
 directly or through others, found by reading the ``import`` statements of the source (also
-those inside functions, which a look at ``sys.modules`` would miss). A module without Python
-source (a compiled extension) enters by the bytes of its file. Modules of other packages
-(numpy, torch, selbench itself) are not included: they are identified by their versions in the
-run's provenance. ``selbench_plugins.recalibrators.temperature`` thus covers
-``recalibrators/_common.py`` and whatever else of ``selbench_plugins`` it imports, but not the
+those inside functions, which a look at ``sys.modules`` would miss), and every module of
+selbench's plugin toolkit (:data:`SUPPORT_MODULES`: the torch, vision and input-check helpers
+plugins build on) it imports. A module without Python source (a compiled extension) enters
+by the bytes of its file. Modules of other packages (numpy, torch, the rest of selbench) are
+not included: they are identified by their versions in the run's provenance.
+``selbench_plugins.recalibrators.temperature`` thus covers ``recalibrators/_common.py``,
+:mod:`selbench.torchutils` and whatever else of ``selbench_plugins`` it imports, but not the
 dataset plugins.
 
 :func:`core_digest` covers the core modules that decide a cell's numbers: the metric
@@ -29,10 +31,16 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CORE_MODULES", "code_digest", "core_digest", "module_closure"]
+__all__ = ["CORE_MODULES", "SUPPORT_MODULES", "code_digest", "core_digest", "module_closure"]
 
 #: The core modules whose source decides the numbers of a cell.
 CORE_MODULES: tuple[str, ...] = ("selbench.metrics", "selbench.data", "selbench.evaluate")
+
+#: selbench's modules that plugins build on (their code decides the numbers of the plugins
+#: that import them): part of the digest of every plugin module that imports them.
+SUPPORT_MODULES: frozenset[str] = frozenset(
+    {"selbench.checks", "selbench.torchutils", "selbench.vision"}
+)
 
 
 def _origin(name: str) -> Path | None:
@@ -102,7 +110,8 @@ def module_closure(name: str) -> list[str]:
 
 
 def module_closure_uncached(name: str) -> list[str]:
-    """``name`` and every module of its top-level package it imports, transitively; sorted."""
+    """``name`` and every module of its top-level package (or of :data:`SUPPORT_MODULES`) it
+    imports, transitively; sorted."""
     top = name.split(".")[0]
     seen: set[str] = set()
     stack = [name]
@@ -117,7 +126,7 @@ def module_closure_uncached(name: str) -> list[str]:
         if not str(_origin(mod)).endswith(".py"):
             continue  # compiled: no import statements to read
         for dep in _imports(mod, source):
-            if dep.split(".")[0] == top and dep not in seen:
+            if (dep.split(".")[0] == top or dep in SUPPORT_MODULES) and dep not in seen:
                 stack.append(dep)
     return sorted(seen)
 

@@ -1,9 +1,9 @@
 """Built-in backbones plugins."""
 
-from ..datasets.precomputed import BACKBONE_PLUGIN as _PRECOMPUTED
 from .clip import PLUGIN as _CLIP
 from .digits_net import PLUGIN as _DIGITS_NET
 from .linear import PLUGIN as _THEORY_LINEAR
+from .precomputed import PLUGIN as _PRECOMPUTED
 from .torchvision_nets import PLUGIN as _RESNET34
 from .wilds_nets import PLUGINS as _WILDS_NETS
 

@@ -40,12 +40,12 @@ from pydantic import Field, create_model, field_validator, model_validator
 from selbench.api import Backbone, Dataset, FitContext, Params, Plugin
 from selbench.data import ModelOutputs
 from selbench.inputs import InputDir, InputFile
+from selbench.vision import require
 
 from selbench_plugins.backbones.extract import (
     extract_outputs,
     full_precision,
     normalize,
-    require,
     to_float_images,
 )
 from selbench_plugins.backbones.torchvision_nets import is_weights_name, loader_fields, name_or_file

@@ -1,13 +1,10 @@
-"""Shared machinery of the image backbones: optional imports, image items, batched extraction.
+"""Shared machinery of the image backbones: input preparation and batched extraction.
 
-The image datasets (``camelyon17``, ``rxrx1``, ``imagenet``, ``cifar100``, ``cifar100-c``)
-return, as :attr:`selbench.api.SplitData.inputs`, an :class:`ImageItems` dataset whose items
-are ``(image, label)`` with ``image`` a **uint8** ``[3, H, W]`` tensor (0–255, RGB). Only the
-geometry that makes a split batchable (ImageNet's resize 256 / centre crop 224) and optional
-data augmentation (AugMix) happen on the dataset side; every model-specific step —
-conversion to float, resizing to the model's input size, normalisation — is done by the
-backbone on ``context.device``, so that one dataset serves every backbone and the GPU does
-the arithmetic.
+The image datasets hand backbones :class:`selbench.vision.ImageItems` (uint8 ``[3, H, W]``
+items, the ``image-items`` input kind); every model-specific step — conversion to float,
+resizing to the model's input size, normalisation — is done here, by the backbone, on
+``context.device``, so that one dataset serves every backbone and the GPU does the
+arithmetic.
 
 :func:`extract_outputs` runs a model over a split: a batched ``DataLoader`` (pinned memory
 on CUDA, ``num_workers`` loader processes), inference mode, mixed precision
@@ -15,16 +12,11 @@ on CUDA, ``num_workers`` loader processes), inference mode, mixed precision
 :class:`~selbench.data.ModelOutputs` at the end. The first item is loaded in the calling
 process before any worker starts, so missing files fail at once with the dataset's own
 message (which says where to get the data) instead of inside a worker.
-
-torchvision, wilds and open_clip are optional (``pip install 'selbench[vision]'``) and are
-imported only when a vision plugin is used, through :func:`require`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
-import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,102 +28,14 @@ from selbench.data import DataError, ModelOutputs
 __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
-    "ImageItems",
-    "augmix_transform",
     "extract_outputs",
     "normalize",
-    "require",
     "to_float_images",
 ]
 
 #: the channel statistics torchvision's ImageNet models (and WILDS' Camelyon17 model) expect
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-
-_EXTRA_FOR = {"torchvision": "torchvision", "wilds": "wilds", "open_clip": "open-clip-torch"}
-
-
-def require(module: str, what: str) -> Any:
-    """Import an optional dependency, or fail with the command that installs it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        pkg = _EXTRA_FOR.get(module.split(".")[0], module.split(".")[0])
-        raise ImportError(
-            f"{what} needs the optional package {pkg!r}, which is not importable ({exc}); "
-            "install selbench[vision]: pip install 'selbench[vision]'"
-        ) from exc
-
-
-# --------------------------------------------------------------------------- dataset side
-def augmix_transform(severity: int = 3, width: int = 3) -> Callable:
-    """torchvision's AugMix (Hendrycks et al., 2020) on PIL images; the paper's CIFAR-100
-    setting is severity 3, mixture width 3."""
-    T = require("torchvision.transforms", "AugMix")
-    return T.AugMix(severity=severity, mixture_width=width)
-
-
-def _item_seed(seed: int, index: int) -> int:
-    return zlib.crc32(np.asarray([seed, index], dtype=np.int64).tobytes())
-
-
-class ImageItems(torch.utils.data.Dataset):
-    """A split of images as ``(uint8 [3, H, W] tensor, int label)`` items.
-
-    Args:
-        get_image: ``get_image(i)`` returns example ``i`` as a PIL image (any mode; it is
-            converted to RGB). Must be picklable when loader workers use ``spawn``
-            (a bound method or a top-level callable object, not a lambda).
-        labels: int64 ``[N]`` classes.
-        geometry: optional PIL -> PIL transform applied first (resize / crop).
-        augment: optional PIL -> PIL random augmentation (AugMix). It is made
-            deterministic per example: item ``i`` draws from a torch generator seeded with
-            ``(seed, i)``, whatever the loader's worker count or order.
-        seed: seed of the augmentation.
-    """
-
-    def __init__(
-        self,
-        get_image: Callable[[int], Any],
-        labels: np.ndarray,
-        geometry: Callable | None = None,
-        augment: Callable | None = None,
-        seed: int = 0,
-    ):
-        self.get_image = get_image
-        self.labels = np.asarray(labels, dtype=np.int64)
-        self.geometry = geometry
-        self.augment = augment
-        self.seed = seed
-
-    def __len__(self) -> int:
-        return int(self.labels.shape[0])
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        img = self.get_image(index)
-        if img.mode != "RGB":
-            img = img.convert("RGB")
-        if self.geometry is not None:
-            img = self.geometry(img)
-        if self.augment is not None:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(_item_seed(self.seed, index))
-                img = self.augment(img)
-        arr = np.array(img, dtype=np.uint8, copy=True)  # [H, W, 3]
-        return torch.from_numpy(arr).permute(2, 0, 1).contiguous(), int(self.labels[index])
-
-
-class ArrayImages:
-    """``get_image`` for images held in a uint8 array ``[N, H, W, 3]`` (CIFAR)."""
-
-    def __init__(self, images: np.ndarray):
-        self.images = images
-
-    def __call__(self, index: int):
-        from PIL import Image
-
-        return Image.fromarray(np.asarray(self.images[index]))
-
 
 # --------------------------------------------------------------------------- model side
 def to_float_images(x: torch.Tensor) -> torch.Tensor:

@@ -27,12 +27,12 @@ from pydantic import Field, create_model, model_validator
 from selbench.api import Backbone, Dataset, FitContext, Params, Plugin
 from selbench.data import ModelOutputs
 from selbench.inputs import InputFile
+from selbench.vision import require
 
 from selbench_plugins.backbones.extract import (
     extract_outputs,
     full_precision,
     preprocess,
-    require,
     split_head,
 )
 

@@ -33,8 +33,7 @@ import numpy as np
 from pydantic import Field, create_model, field_validator
 from selbench.api import Dataset, Params, Plugin, SplitData
 from selbench.inputs import InputDir
-
-from selbench_plugins.backbones.extract import ArrayImages, ImageItems, augmix_transform, require
+from selbench.vision import ArrayImages, ImageItems, augmix_transform, require
 
 __all__ = [
     "CIFAR100",

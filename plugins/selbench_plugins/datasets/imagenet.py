@@ -22,8 +22,7 @@ import numpy as np
 from pydantic import Field
 from selbench.api import Dataset, Params, Plugin, SplitData
 from selbench.inputs import InputDir
-
-from selbench_plugins.backbones.extract import ImageItems, require
+from selbench.vision import ImageItems, require
 
 __all__ = ["PLUGIN", "ImageNetParams", "ImageNetVal"]
 

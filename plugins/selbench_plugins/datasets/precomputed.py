@@ -21,8 +21,9 @@ e.g. ``{val: [val], test: [test, test_ood]}`` (default: one split per distinct t
 it). Without one, the rows are partitioned at random (seeded by ``seed``) with the given
 ``fractions``, e.g. ``{val: 0.5, test: 0.5}``.
 
-Pair the dataset with the ``precomputed`` backbone, which returns the split's outputs as
-they are. Save string arrays as fixed-width strings (``np.array(["val", ...])``), not as
+Pair the dataset with the ``precomputed`` backbone
+(:mod:`selbench_plugins.backbones.precomputed`), which returns the split's outputs as they
+are. Save string arrays as fixed-width strings (``np.array(["val", ...])``), not as
 Python objects: the file is read with ``allow_pickle=False``.
 """
 
@@ -35,16 +36,13 @@ from typing import Any
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
-from selbench.api import Backbone, Dataset, FitContext, NoParams, Params, Plugin, SplitData
+from selbench.api import Dataset, Params, Plugin, SplitData
 from selbench.data import DataError, ModelOutputs
 from selbench.inputs import InputFile
 
 __all__ = [
-    "BACKBONE_PLUGIN",
     "PLUGIN",
     "MissingOutputsFile",
-    "PairingError",
-    "PrecomputedBackbone",
     "PrecomputedDataset",
     "PrecomputedParams",
 ]
@@ -411,38 +409,10 @@ def _role_message(exc: Exception, names: dict[str, str]) -> str:
     return msg
 
 
-class PairingError(DataError, TypeError):
-    """A backbone was paired with a dataset whose inputs it cannot take (a
-    :class:`DataError`, so the runner reports it for its experiment; also a ``TypeError``)."""
-
-
-class PrecomputedBackbone(Backbone):
-    """Pass-through: returns the dataset's ready-made outputs (use with ``precomputed``)."""
-
-    input_kinds = frozenset({"model-outputs"})
-
-    def extract(self, dataset: Dataset, split: str, context: FitContext) -> ModelOutputs:
-        data = dataset.split(split)
-        if not isinstance(data.inputs, ModelOutputs):
-            raise PairingError(
-                f"precomputed backbone: split {split!r} of {type(dataset).__name__} holds "
-                f"{type(data.inputs).__name__}, not model outputs; pair it with the "
-                "'precomputed' dataset (or use an image backbone)"
-            )
-        return data.inputs
-
-
 PLUGIN = Plugin(
     "precomputed",
     PrecomputedDataset,
     PrecomputedParams,
     summary="your own model outputs from an .npz (labels + logits or probabilities, optional "
     "features / domain / split tags)",
-)
-
-BACKBONE_PLUGIN = Plugin(
-    "precomputed",
-    PrecomputedBackbone,
-    NoParams,
-    summary="pass-through for the 'precomputed' dataset: returns its outputs unchanged",
 )

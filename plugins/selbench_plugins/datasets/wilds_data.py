@@ -29,8 +29,7 @@ import numpy as np
 from pydantic import Field
 from selbench.api import Dataset, Params, Plugin, SplitData
 from selbench.inputs import InputDir
-
-from selbench_plugins.backbones.extract import ImageItems, require
+from selbench.vision import ImageItems, require
 
 __all__ = ["PLUGINS", "Camelyon17", "RxRx1", "WildsImageDataset", "WildsParams"]
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 from selbench.api import FitContext, Params, Recalibrator
+from selbench.checks import NotFittedError, check_outputs
 from selbench.data import ModelOutputs
 
-from ._common import NotFittedError, bin_means, check_outputs, equal_mass_edges, lookup_bins
+from ._common import bin_means, equal_mass_edges, lookup_bins
 from .platt import Mode, PlattScaling, platt_inputs, platt_probability
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 from selbench.api import FitContext, NoParams, Recalibrator
+from selbench.checks import check_outputs
 from selbench.data import ModelOutputs
-
-from ._common import check_outputs
 
 
 class IdentityModule(torch.nn.Module):

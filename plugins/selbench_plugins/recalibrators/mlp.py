@@ -9,16 +9,14 @@ import numpy as np
 import torch
 from pydantic import Field
 from selbench.api import FitContext, Params, Recalibrator
+from selbench.checks import NotFittedError, check_outputs
 from selbench.data import ModelOutputs
-
-from ._common import (
+from selbench.torchutils import (
     BatchedMLP,
-    NotFittedError,
     balanced_split,
     batched_adam,
     batched_threads,
     build_mlp,
-    check_outputs,
     cpu_threads,
     epoch_permutations,
     equal_groups,

@@ -9,16 +9,11 @@ import numpy as np
 import torch
 from pydantic import Field
 from selbench.api import FitContext, Params, Recalibrator
+from selbench.checks import NotFittedError, check_outputs
 from selbench.data import ModelOutputs
+from selbench.torchutils import EVAL_CHUNK, device_of, run_module
 
-from ._common import (
-    EVAL_CHUNK,
-    NotFittedError,
-    check_outputs,
-    device_of,
-    fit_once_per_data,
-    run_module,
-)
+from ._common import fit_once_per_data
 
 #: the logit of a probability clipped to [1e-12, 1 - 1e-12], as in Kumar et al.'s code
 LOGIT_CLIP = math.log((1 - 1e-12) / 1e-12)

@@ -8,9 +8,11 @@ import numpy as np
 import torch
 from pydantic import Field
 from selbench.api import FitContext, Params, Recalibrator
+from selbench.checks import NotFittedError, check_outputs
 from selbench.data import ModelOutputs
+from selbench.torchutils import run_module
 
-from ._common import NotFittedError, check_outputs, fit_once_per_data, run_module
+from ._common import fit_once_per_data
 
 
 class TemperatureParams(Params):

@@ -46,8 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 from selbench.api import FitJob
-
-from selbench_plugins.recalibrators._common import (
+from selbench.torchutils import (
     balanced_split,
     batched_adam,
     batched_threads,

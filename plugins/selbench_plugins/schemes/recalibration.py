@@ -8,10 +8,9 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 from selbench.api import FitContext, FitJob, Params, Scheme
+from selbench.checks import check_outputs
 from selbench.data import ModelOutputs
 from selbench.metrics import accept_mask
-
-from selbench_plugins.recalibrators._common import check_outputs
 
 from .training import TRAINING_SCHEMES, fit_recalibrators
 

@@ -41,15 +41,9 @@ from selbench.api import (
     SelectionLoss,
     Selector,
 )
+from selbench.checks import check_outputs
 from selbench.data import ModelOutputs
-
-from selbench_plugins.recalibrators._common import (
-    EVAL_CHUNK,
-    check_outputs,
-    cpu_threads,
-    device_of,
-    to_tensor,
-)
+from selbench.torchutils import EVAL_CHUNK, cpu_threads, device_of, to_tensor
 
 TRAINING_SCHEMES = ("selection", "sequential", "joint")
 

@@ -8,14 +8,11 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 from selbench.api import FitContext, NoParams, Params, Selector
+from selbench.checks import NotFittedError, check_confidence, check_features, check_outputs
 from selbench.data import ModelOutputs
 from sklearn.ensemble import IsolationForest
 from sklearn.preprocessing import StandardScaler
 from sklearn.svm import OneClassSVM
-
-from selbench_plugins.recalibrators._common import NotFittedError
-
-from ._common import check_confidence, check_features, check_outputs
 
 
 class ConfidenceSelector(Selector):

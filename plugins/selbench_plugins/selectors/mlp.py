@@ -8,17 +8,9 @@ import numpy as np
 import torch
 from pydantic import Field
 from selbench.api import FitContext, Params, Selector
+from selbench.checks import NotFittedError, check_confidence, check_outputs
 from selbench.data import ModelOutputs
-
-from selbench_plugins.recalibrators._common import (
-    BatchedMLP,
-    NotFittedError,
-    build_mlp,
-    run_module,
-    seeded_init,
-)
-
-from ._common import check_confidence, check_outputs
+from selbench.torchutils import BatchedMLP, build_mlp, run_module, seeded_init
 
 #: the schemes that train a trainable selector (named in error messages)
 TRAINING_SCHEMES = ("selection", "sequential", "joint")
@@ -54,7 +46,7 @@ class MLPSelectorNet(torch.nn.Module):
         cls, modules: list[MLPSelectorNet], streams: int = 1, split: int = 1
     ) -> BatchedMLPSelector:
         """The replicas ``modules`` as one batched module (see :class:`BatchedMLPSelector`;
-        ``split`` as in :class:`~selbench_plugins.recalibrators._common.BatchedMLP`)."""
+        ``split`` as in :class:`selbench.torchutils.BatchedMLP`)."""
         return BatchedMLPSelector(modules, streams, split)
 
 
