@@ -7,14 +7,13 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from selbench.api import FitContext
+from selbench.api import FitContext, params_model
 from selbench.metrics import ece
 from selbench.plugins import get_registry
 from selbench_plugins.backbones.digits_net import DigitsNet
 from selbench_plugins.datasets.digits import (
     CORRUPTIONS,
     Digits,
-    DigitsParams,
     _rotate,
     corrupt,
     domain_id,
@@ -130,6 +129,7 @@ def test_bad_parameters_are_clear_errors():
         corrupt(np.zeros((1, 8, 8)), "fog", 1, np.random.default_rng(0))
     with pytest.raises(ValueError, match="severity"):
         corrupt(np.zeros((1, 8, 8)), "contrast", 6, np.random.default_rng(0))
+    DigitsParams = params_model(Digits)  # the parameters a spec is validated against
     with pytest.raises(ValueError, match="sum"):
         DigitsParams(split_fractions=(0.5, 0.5, 0.5))
     with pytest.raises(ValueError, match="unknown corruption"):

@@ -12,7 +12,10 @@ from selbench.data import DataError, ModelOutputs
 from selbench.metrics import ece
 from selbench.plugins import get_registry
 from selbench_plugins.backbones.precomputed import PrecomputedBackbone
-from selbench_plugins.datasets.precomputed import PrecomputedDataset, PrecomputedParams
+from selbench_plugins.datasets.precomputed import PrecomputedDataset
+
+#: the parameters a spec's precomputed dataset is validated against
+PrecomputedParams = get_registry().get("dataset", "precomputed").plugin.params
 
 CTX = FitContext(seed=0)
 

@@ -9,7 +9,7 @@ from selbench.data import ModelOutputs
 from selbench.metrics import ece
 from selbench.plugins import get_registry
 from selbench_plugins.backbones.linear import TheoryLinear
-from selbench_plugins.datasets.theory import TheoryMixture, TheoryMixtureParams
+from selbench_plugins.datasets.theory import TheoryMixture
 from selbench_plugins.selectors.oracle import OracleDomain
 
 CTX = FitContext(seed=0)
@@ -113,10 +113,11 @@ def test_splits_are_seeded_and_independent_of_each_other():
 
 
 def test_invalid_geometry_and_infeasible_sampling_are_clear_errors():
+    plugin = get_registry().get("dataset", "theory-mixture")  # validates, then builds
     with pytest.raises(ValueError, match="supports of J1 and J2 are disjoint"):
-        TheoryMixtureParams(r1=0.7, r2=0.5)
+        plugin.validate_params({"r1": 0.7, "r2": 0.5})
     with pytest.raises(ValueError, match="B\\(αθ\\*, r2\\)"):
-        TheoryMixture(alpha=0.1, r2=0.5, r1=0.1)
+        plugin.build({"alpha": 0.1, "r2": 0.5, "r1": 0.1})
     with pytest.raises(ValueError, match="rejection sampling"):
         TheoryMixture(dim=40, sigma=2.0, r1=0.3, r2=0.3, val_size=50).split("val")
     with pytest.raises(ValueError, match="unknown split"):

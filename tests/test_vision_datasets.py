@@ -73,7 +73,8 @@ def test_wilds_split_mapping_and_missing_data(tmp_path):
     with pytest.raises(KeyError, match="available: fit, target"):
         ds.split("val")
     with pytest.raises(ValueError, match="unknown Camelyon17-WILDS split"):
-        Camelyon17(root_dir=str(tmp_path), splits={"fit": "validation"})
+        get_registry().get("dataset", "camelyon17").build(
+            {"root_dir": str(tmp_path), "splits": {"fit": "validation"}})
     empty = tmp_path / "empty"
     with pytest.raises(FileNotFoundError) as info:
         Camelyon17(root_dir=str(empty)).split("val")
@@ -159,7 +160,8 @@ def test_augmix_is_deterministic_per_image_and_seed(tmp_path):
         assert not torch.equal(aug[i][0], other.inputs[i][0])  # seed matters
         assert aug[i][1] == plain[i][1]
     with pytest.raises(ValueError, match="augmix_splits"):
-        CIFAR100(root=str(tmp_path), augmix_splits=["val"])
+        get_registry().get("dataset", "cifar100").build(
+            {"root": str(tmp_path), "augmix_splits": ["val"]})
 
 
 def test_cifar100c_sample_domains_and_rows(tmp_path):
@@ -358,8 +360,9 @@ def test_only_downloadable_data_may_be_missing_at_validation(tmp_path):
 
 def test_weight_names_and_weight_files_are_separate_parameters():
     from pydantic import ValidationError
-    from selbench_plugins.backbones.clip import ClipParams
-    from selbench_plugins.backbones.torchvision_nets import ResNet34Params
+
+    ClipParams = get_registry().get("backbone", "clip").plugin.params
+    ResNet34Params = get_registry().get("backbone", "resnet34").plugin.params
 
     def dump(params_model, **params):
         return params_model.model_validate(params).model_dump()

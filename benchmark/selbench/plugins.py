@@ -7,6 +7,13 @@ warning on stderr naming its distribution, version and entry point; every other 
 and every spec that does not use it, works as before. Two distributions providing one name
 stay an error (it is ambiguous), and so does any failure of the built-ins.
 
+A factory that is a class must subclass its kind's base class (:data:`selbench.api.KIND_BASES`:
+a recalibrator's factory a :class:`~selbench.api.Recalibrator`, a loss's a
+:class:`~selbench.api.SelectionLoss` or :class:`~selbench.api.CoverageLoss`, ...). This is
+checked when the plugin is registered: a third-party plugin that fails it is skipped with a
+warning naming the plugin, its kind and its distribution; a built-in one is an error. A
+factory that is a function may build anything; what it returns is checked when it is built.
+
 >>> from selbench.plugins import get_registry
 >>> reg = get_registry()
 >>> reg.get("recalibrator", "temperature").name
@@ -17,6 +24,7 @@ stay an error (it is ambiguous), and so does any failure of the built-ins.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import sys
@@ -28,7 +36,7 @@ import pluggy
 from pydantic import BaseModel, ValidationError
 
 from selbench import hookspecs
-from selbench.api import KINDS, Plugin
+from selbench.api import KIND_BASES, KINDS, Plugin
 
 __all__ = [
     "AUTOLOAD_ENV",
@@ -37,6 +45,7 @@ __all__ = [
     "Registered",
     "Registry",
     "SelbenchPluginManager",
+    "factory_problem",
     "get_registry",
     "make_plugin_manager",
 ]
@@ -122,10 +131,23 @@ class Registered:
         return self.plugin.params.model_validate(params or {})
 
     def build(self, params: dict[str, Any] | BaseModel | None = None) -> Any:
-        """Validate ``params`` and call the factory with them as keyword arguments."""
+        """Call the factory with ``params`` as keyword arguments and return the plugin.
+
+        ``params`` is a validated instance of the plugin's model (as a loaded spec carries
+        them: not validated again), or a dict (or None) that is validated first. The object
+        a factory function returns must be of the kind's base class (a ``TypeError``
+        naming the plugin otherwise).
+        """
         if not isinstance(params, BaseModel):
             params = self.validate_params(params)
-        return self.plugin.factory(**params.model_dump())
+        obj = self.plugin.factory(**params.model_dump())
+        bases = KIND_BASES[self.kind]
+        if not isinstance(obj, bases):
+            raise TypeError(
+                f"{self.describe()}: its factory returned {type(obj).__module__}."
+                f"{type(obj).__qualname__}, which is not a {_base_names(bases)}"
+            )
+        return obj
 
 
 def _autoload_disabled() -> bool:
@@ -320,10 +342,16 @@ class Registry:
                     continue
                 version = _provider_version(pm, impl.plugin)
                 for plugin in plugins:
+                    problem = factory_problem(kind, plugin)
+                    if problem is not None:
+                        where = f"{kind} plugin {plugin.name!r} of {origin}"
+                        if provider == BUILTIN_NAME:
+                            raise PluginError(f"built-in plugins: {where}: {problem}")
+                        self.skipped.append(f"{where}: {problem}")
+                        warn(f"skipped {where}: {problem}")
+                        continue
                     if plugin.version is None and version is not None:
-                        plugin = Plugin(
-                            plugin.name, plugin.factory, plugin.params, plugin.summary, version
-                        )
+                        plugin = dataclasses.replace(plugin, version=version)
                     existing = self._by_kind[kind].get(plugin.name)
                     if existing is not None:
                         raise PluginError(
@@ -366,6 +394,23 @@ class Registry:
     def _check_kind(kind: str) -> None:
         if kind not in KINDS:
             raise PluginError(unknown_message("plugin kind", kind, list(KINDS)))
+
+
+def _base_names(bases: tuple[type, ...]) -> str:
+    """``selbench.Recalibrator``, ``selbench.SelectionLoss or selbench.CoverageLoss``."""
+    return " or ".join(f"selbench.{b.__name__}" for b in bases)
+
+
+def factory_problem(kind: str, plugin: Plugin) -> str | None:
+    """What is wrong with a plugin's factory for its kind, or None: a factory class must
+    subclass the kind's base class (:data:`~selbench.api.KIND_BASES`); a factory function
+    is checked when it is built."""
+    factory = plugin.factory
+    bases = KIND_BASES[kind]
+    if isinstance(factory, type) and not issubclass(factory, bases):
+        return (f"its factory {factory.__module__}.{factory.__qualname__} is not a subclass "
+                f"of {_base_names(bases)}")
+    return None
 
 
 def _package(origin: Origin | None) -> str:

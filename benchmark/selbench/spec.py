@@ -4,7 +4,11 @@ A spec names every component as ``{name, params}``. Validation happens in two pa
 
 1. the spec's structure (:class:`Spec`, ``extra="forbid"`` everywhere);
 2. after plugin discovery, each component's ``name`` must exist for its kind and its
-   ``params`` must validate against that plugin's pydantic model.
+   ``params`` must validate against that plugin's pydantic model (derived from the
+   plugin's ``__init__`` signature, see :func:`selbench.api.params_model`).
+
+Each component's params are validated once, here; the :class:`ResolvedSpec` carries the
+validated models, and builds every plugin from them without validating again.
 
 Every problem is reported as one line naming the YAML path, e.g.
 ``experiments[1].methods[3].recalibrator.params.lr: Input should be a valid number``.
@@ -40,7 +44,12 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from selbench.api import CoverageLoss, SelectionLoss
+from selbench.api import (
+    CoverageLoss,
+    DifferentiableRecalibrator,
+    SelectionLoss,
+    TrainableSelector,
+)
 from selbench.inputs import InputSpec, check_exists, declared_inputs, resolve_path
 from selbench.metrics import DEFAULT_BETAS
 from selbench.plugins import (
@@ -232,8 +241,18 @@ class Spec(_Model):
         return self
 
 
+def _params_key(kind: str, comp: Component) -> tuple[str, str, str]:
+    """What identifies a component's validated params: kind, name and the raw params."""
+    raw = json.dumps(comp.params, sort_keys=True, separators=(",", ":"), default=repr)
+    return kind, comp.name, raw
+
+
 class ResolvedSpec:
-    """A validated spec with every plugin found and every ``params`` validated."""
+    """A validated spec with every plugin found and every ``params`` validated.
+
+    The validated params models are kept (``validated``, filled by :func:`load_spec`), so a
+    component is validated once however often it is built or hashed.
+    """
 
     def __init__(
         self,
@@ -242,6 +261,7 @@ class ResolvedSpec:
         raw: dict,
         source: str | None,
         base_dir: str | Path | None = None,
+        validated: dict[tuple[str, str, str], BaseModel] | None = None,
     ):
         self.spec = spec
         self.registry = registry
@@ -251,6 +271,33 @@ class ResolvedSpec:
         self.base_dir = Path(base_dir) if base_dir is not None else (
             Path(source).resolve().parent if source is not None else Path.cwd()
         )
+        self._validated: dict[tuple[str, str, str], BaseModel] = dict(validated or {})
+        self._resolved: dict[tuple[str, str, str], BaseModel] = {}
+
+    def validated(self, kind: str, comp: Component) -> BaseModel:
+        """The component's params validated against its plugin's model (once; remembered)."""
+        key = _params_key(kind, comp)
+        model = self._validated.get(key)
+        if model is None:
+            model = self.registry.get(kind, comp.name).validate_params(comp.params)
+            self._validated[key] = model
+        return model
+
+    def resolved_params(self, kind: str, comp: Component) -> BaseModel:
+        """:meth:`validated`, with each declared input path made absolute against
+        :attr:`base_dir` (see :mod:`selbench.inputs`): what the plugin is built with."""
+        key = _params_key(kind, comp)
+        model = self._resolved.get(key)
+        if model is None:
+            model = self.validated(kind, comp)
+            reg = self.registry.get(kind, comp.name)
+            update = {name: resolve_path(getattr(model, name), self.base_dir)
+                      for name in declared_inputs(reg.plugin.params)
+                      if isinstance(getattr(model, name, None), str)}
+            if update:
+                model = model.model_copy(update=update)
+            self._resolved[key] = model
+        return model
 
     def canonical(self) -> dict:
         """The spec with defaults filled in (plugin params included), JSON-ready."""
@@ -269,13 +316,8 @@ class ResolvedSpec:
 
     def params(self, kind: str, comp: Component) -> dict:
         """Validated params with defaults filled in and declared input paths resolved
-        against :attr:`base_dir` (see :mod:`selbench.inputs`)."""
-        reg = self.registry.get(kind, comp.name)
-        params = reg.validate_params(comp.params).model_dump(mode="json")
-        for field, _ in declared_inputs(reg.plugin.params).items():
-            if isinstance(params.get(field), str):
-                params[field] = resolve_path(params[field], self.base_dir)
-        return params
+        against :attr:`base_dir` (see :mod:`selbench.inputs`), JSON-ready (a new dict)."""
+        return self.resolved_params(kind, comp).model_dump(mode="json")
 
     def inputs(self, kind: str, comp: Component) -> dict[str, tuple[str, InputSpec]]:
         """Parameter -> (resolved path, declaration) for every input ``comp`` names."""
@@ -288,7 +330,8 @@ class ResolvedSpec:
         }
 
     def build(self, kind: str, comp: Component) -> Any:
-        return self.registry.get(kind, comp.name).build(self.params(kind, comp))
+        """The component's plugin, built from its validated (and resolved) params."""
+        return self.registry.get(kind, comp.name).build(self.resolved_params(kind, comp))
 
     def hash(self) -> str:
         return content_hash(self.canonical())
@@ -606,10 +649,15 @@ def load_spec(
         raise SpecError(format_validation_error(exc, ""), label) from None
     registry = registry or get_registry()
     errors: list[str] = []
+    validated: dict[tuple[str, str, str], BaseModel] = {}
+
+    def _check(kind: str, comp: Component, path: str) -> Registered | None:
+        return _check_component(registry, kind, comp, path, errors, validated)
+
     for e_i, exp in enumerate(spec.experiments):
         base = f"experiments[{e_i}]"
-        dataset = _check(registry, "dataset", exp.dataset, f"{base}.dataset", errors)
-        backbone = _check(registry, "backbone", exp.backbone, f"{base}.backbone", errors)
+        dataset = _check("dataset", exp.dataset, f"{base}.dataset")
+        backbone = _check("backbone", exp.backbone, f"{base}.backbone")
         if dataset is not None and backbone is not None:
             _check_inputs_kind(registry, dataset, backbone, f"{base}.backbone", errors)
         for m_i, m in enumerate(exp.methods):
@@ -619,7 +667,7 @@ def load_spec(
                 comp = getattr(m, field)
                 if comp is None:
                     continue
-                reg = regs[field] = _check(registry, kind, comp, f"{mbase}.{field}", errors)
+                reg = regs[field] = _check(kind, comp, f"{mbase}.{field}")
                 if reg is not None and field in ("loss", "coverage"):
                     want = SelectionLoss if field == "loss" else CoverageLoss
                     factory = reg.plugin.factory
@@ -633,7 +681,7 @@ def load_spec(
             _check_method(registry, m, regs, mbase, errors)
     if errors:
         raise SpecError(errors, label)
-    resolved = ResolvedSpec(spec, registry, raw, label)
+    resolved = ResolvedSpec(spec, registry, raw, label, validated=validated)
     for e_i, exp in enumerate(spec.experiments):
         base = f"experiments[{e_i}]"
         comps = [("dataset", "dataset", exp.dataset), ("backbone", "backbone", exp.backbone)]
@@ -650,16 +698,20 @@ def load_spec(
     return resolved
 
 
-def _check(registry: Registry, kind: str, comp: Component, path: str, errors: list[str]):
+def _check_component(registry: Registry, kind: str, comp: Component, path: str,
+                     errors: list[str], validated: dict) -> Registered | None:
+    """Find the component's plugin and validate its params (kept in ``validated``)."""
     try:
         reg = registry.get(kind, comp.name)
     except PluginError as exc:
         errors.append(f"{path}.name: {exc}")
         return None
-    try:
-        reg.validate_params(comp.params)
-    except ValidationError as exc:
-        errors.extend(format_validation_error(exc, f"{path}.params"))
+    key = _params_key(kind, comp)
+    if key not in validated:
+        try:
+            validated[key] = reg.validate_params(comp.params)
+        except ValidationError as exc:
+            errors.extend(format_validation_error(exc, f"{path}.params"))
     return reg
 
 
@@ -676,6 +728,15 @@ def _cap(reg: Registered | None, attr: str, default: Any = _UNDECLARED) -> Any:
     if not isinstance(factory, type):
         return _UNDECLARED
     return getattr(factory, attr, default)
+
+
+def _is(reg: Registered | None, base: type) -> Any:
+    """Whether a plugin's factory class is a ``base`` (the typed protocols of
+    :mod:`selbench.api`); :data:`_UNDECLARED` when the factory is not a class."""
+    factory = reg.plugin.factory if reg is not None else None
+    if not isinstance(factory, type):
+        return _UNDECLARED
+    return issubclass(factory, base)
 
 
 def _names(registry: Registry, kind: str, want: Any, sep: str = ", ") -> str:
@@ -729,7 +790,7 @@ def _check_method(registry: Registry, m: MethodSpec, regs: dict[str, Registered 
 
     selector = regs.get("selector")
     must_train = _cap(scheme, "selector_must_be_trainable", None)
-    trainable = _cap(selector, "trainable", False)
+    trainable = _is(selector, TrainableSelector)
     if must_train is not None and trainable is not _UNDECLARED and bool(trainable) != must_train:
         sel = f"selector {m.selector.name!r}"
         if must_train:
@@ -737,7 +798,7 @@ def _check_method(registry: Registry, m: MethodSpec, regs: dict[str, Registered 
                 f"{mbase}.selector.name: scheme {name!r} trains the selector through its loss; "
                 f"{sel} is not trainable"
                 + _hint("trainable selectors", _names(
-                    registry, "selector", lambda f: getattr(f, "trainable", False)))
+                    registry, "selector", lambda f: issubclass(f, TrainableSelector)))
             )
         else:
             errors.append(
@@ -750,14 +811,14 @@ def _check_method(registry: Registry, m: MethodSpec, regs: dict[str, Registered 
 
     recal = regs.get("recalibrator")
     rname = f"recalibrator {m.recalibrator.name!r}"
-    differentiable = _cap(recal, "differentiable", False)
+    differentiable = _is(recal, DifferentiableRecalibrator)
     not_differentiable = differentiable is not _UNDECLARED and not differentiable
     if _cap(scheme, "recalibrator_must_be_differentiable", False) and not_differentiable:
         errors.append(
             f"{mbase}.recalibrator.name: scheme {name!r} trains the recalibrator with the "
             f"selector and needs a differentiable one; {rname} is not"
             + _hint("differentiable recalibrators", _names(
-                registry, "recalibrator", lambda f: getattr(f, "differentiable", False)))
+                registry, "recalibrator", lambda f: issubclass(f, DifferentiableRecalibrator)))
         )
         not_differentiable = False  # reported once: the log-probabilities follow from it
     if (not _cap(scheme, "fits_recalibrator", True)
@@ -781,7 +842,7 @@ def _check_method(registry: Registry, m: MethodSpec, regs: dict[str, Registered 
                     registry, "loss", lambda f: issubclass(f, SelectionLoss)
                     and not getattr(f, "needs_log_probs", False))),
                 ("recalibrators that provide them", _names(
-                    registry, "recalibrator", lambda f: getattr(f, "differentiable", False)
+                    registry, "recalibrator", lambda f: issubclass(f, DifferentiableRecalibrator)
                     and getattr(f, "provides_log_probs", None) is True)),
             )
         )

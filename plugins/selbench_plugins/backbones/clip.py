@@ -32,25 +32,28 @@ import contextlib
 import inspect
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, create_model, field_validator, model_validator
+from pydantic import AfterValidator, Field, model_validator
 from selbench.api import Backbone, Dataset, FitContext, Params, Plugin
 from selbench.data import ModelOutputs
 from selbench.inputs import InputDir, InputFile
 from selbench.vision import require
 
-from selbench_plugins.backbones.extract import (
+from .extract import (
+    Amp,
+    BatchSize,
+    NumWorkers,
     extract_outputs,
     full_precision,
     normalize,
     to_float_images,
 )
-from selbench_plugins.backbones.torchvision_nets import is_weights_name, loader_fields, name_or_file
+from .torchvision_nets import is_weights_name, name_or_file
 
-__all__ = ["PLUGIN", "ClipParams", "ClipZeroShot"]
+__all__ = ["PLUGIN", "ClipZeroShot"]
 
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -71,26 +74,11 @@ ModelDir = InputDir(metadata=("*.json", "*.txt", "*.safetensors", "*.bin", "*.pt
 CacheDir = InputDir(metadata=("*.pt", "*.pth", "*/refs/*"))
 
 
-class _ClipBase(Params):
-    model: str = Field(
-        "ViT-B-32", description="open_clip model name (e.g. ViT-B-32); ignored with model_dir"
-    )
-    model_dir: ModelDir | None = Field(
-        None, description="an open_clip model folder (open_clip_config.json + weights)"
-    )
-    pretrained: str | None = Field(
-        "openai",
-        description="weights tag (from the local cache, never downloaded), or null for "
-        "random init (unless pretrained_file is given)",
-    )
-    pretrained_file: InputFile | None = Field(
-        None, description="a checkpoint file to load instead of a tagged download"
-    )
-    template: str = Field("a photo of a {}.", description="prompt; {} is the class name")
-    cache_dir: CacheDir | None = Field(
-        None, description="open_clip cache_dir the weights were downloaded to (default: HF cache)"
-    )
-    init_seed: int = Field(0, ge=0, description="seed of the random init (pretrained: null)")
+class _ClipFiles(Params):
+    """Which files hold the model: ``model_dir`` (a folder) replaces ``model`` and
+    ``pretrained``; ``pretrained_file`` replaces ``pretrained``. Older specs' spellings move
+    to those parameters: ``model: "local-dir:/path"`` to ``model_dir``, a path given as
+    ``pretrained`` to ``pretrained_file``."""
 
     @model_validator(mode="before")
     @classmethod
@@ -116,15 +104,11 @@ class _ClipBase(Params):
             data = {**data, "model": LOCAL_DIR_MODEL, "pretrained": None}
         return name_or_file(data, "pretrained", "pretrained_file")
 
-    @field_validator("template")
-    @classmethod
-    def _template(cls, v: str) -> str:
-        if v.count("{}") != 1:
-            raise ValueError("template must contain exactly one {} for the class name")
-        return v
 
-
-ClipParams = create_model("ClipParams", __base__=_ClipBase, __module__=__name__, **loader_fields())
+def _one_placeholder(v: str) -> str:
+    if v.count("{}") != 1:
+        raise ValueError("template must contain exactly one {} for the class name")
+    return v
 
 
 def _cached_weights(cfg: dict, cache_dir: str | None) -> tuple[Path | None, list[str]]:
@@ -155,30 +139,39 @@ class ClipZeroShot(Backbone):
     features = normalised image embedding."""
 
     input_kinds = frozenset({"image-items"})
+    params_base = _ClipFiles
 
     def __init__(
         self,
-        model: str = "ViT-B-32",
-        pretrained: str | None = "openai",
-        template: str = "a photo of a {}.",
-        cache_dir: str | None = None,
-        init_seed: int = 0,
-        batch_size: int = 256,
-        num_workers: int = 4,
-        amp: bool = True,
-        model_dir: str | None = None,
-        pretrained_file: str | None = None,
+        model: Annotated[str, Field(
+            description="open_clip model name (e.g. ViT-B-32); ignored with model_dir",
+        )] = "ViT-B-32",
+        model_dir: Annotated[ModelDir | None, Field(
+            description="an open_clip model folder (open_clip_config.json + weights)",
+        )] = None,
+        pretrained: Annotated[str | None, Field(
+            description="weights tag (from the local cache, never downloaded), or null for "
+            "random init (unless pretrained_file is given)",
+        )] = "openai",
+        pretrained_file: Annotated[InputFile | None, Field(
+            description="a checkpoint file to load instead of a tagged download",
+        )] = None,
+        template: Annotated[str, AfterValidator(_one_placeholder), Field(
+            description="prompt; {} is the class name",
+        )] = "a photo of a {}.",
+        cache_dir: Annotated[CacheDir | None, Field(
+            description="open_clip cache_dir the weights were downloaded to (default: HF "
+            "cache)",
+        )] = None,
+        init_seed: Annotated[int, Field(
+            ge=0, description="seed of the random init (pretrained: null)")] = 0,
+        batch_size: BatchSize = 256,
+        num_workers: NumWorkers = 4,
+        amp: Amp = True,
     ):
-        if model_dir is None and model.startswith(LOCAL_DIR):  # Python callers
-            model_dir = model[len(LOCAL_DIR):]
-        if model_dir is None and model == LOCAL_DIR_MODEL:
-            raise ValueError(f"clip: model {LOCAL_DIR_MODEL!r} needs model_dir (the folder)")
-        if pretrained_file is None and pretrained is not None and not is_weights_name(pretrained):
-            pretrained, pretrained_file = None, pretrained  # a path given as pretrained
-        #: the open_clip model name (``local-dir:<model_dir>`` for a model folder)
-        self.model = f"{LOCAL_DIR}{model_dir}" if model_dir is not None else model
+        self.model = model
         self.model_dir = model_dir
-        self.pretrained = None if pretrained_file is not None else pretrained
+        self.pretrained = pretrained
         self.pretrained_file = pretrained_file
         self.template = template
         self.cache_dir = cache_dir
@@ -189,13 +182,28 @@ class ClipZeroShot(Backbone):
         self._net: Any = None
         self._text: dict[tuple[str, ...], torch.Tensor] = {}
 
+    def _source(self) -> tuple[str, str | None, str | None]:
+        """``(open_clip model name, pretrained tag, checkpoint file)``: the name is
+        ``local-dir:<model_dir>`` for a model folder; a ``local-dir:`` model or a path given
+        as ``pretrained`` (Python callers of older versions) is read as such."""
+        model, model_dir = self.model, self.model_dir
+        pretrained, pretrained_file = self.pretrained, self.pretrained_file
+        if model_dir is None and model.startswith(LOCAL_DIR):
+            model_dir = model[len(LOCAL_DIR):]
+        if model_dir is None and model == LOCAL_DIR_MODEL:
+            raise ValueError(f"clip: model {LOCAL_DIR_MODEL!r} needs model_dir (the folder)")
+        if pretrained_file is None and pretrained is not None and not is_weights_name(pretrained):
+            pretrained, pretrained_file = None, pretrained
+        name = f"{LOCAL_DIR}{model_dir}" if model_dir is not None else model
+        return name, (None if pretrained_file is not None else pretrained), pretrained_file
+
     # ------------------------------------------------------------------ model
     def build(self) -> Any:
         """The open_clip model, weights loaded from local files only."""
         if self._net is not None:
             return self._net
         oc = require("open_clip", "the clip backbone")
-        name, tag = self.model, self.pretrained
+        name, tag, pretrained_file = self._source()
         if name.startswith("hf-hub:"):
             raise ValueError(
                 f"clip: model {name!r} would be fetched from the Hugging Face hub; selbench "
@@ -205,8 +213,8 @@ class ClipZeroShot(Backbone):
         kwargs: dict[str, Any] = {}
         if name.startswith(LOCAL_DIR):
             tag = None  # the folder's own weights, if any
-        elif self.pretrained_file is not None:
-            path = Path(self.pretrained_file).expanduser()  # absolute when built from a spec
+        elif pretrained_file is not None:
+            path = Path(pretrained_file).expanduser()  # absolute when built from a spec
             if not path.is_file():
                 raise FileNotFoundError(f"clip: checkpoint file {path} does not exist")
             tag = str(path)
@@ -264,7 +272,7 @@ class ClipZeroShot(Backbone):
         if key not in self._text:
             oc = require("open_clip", "the clip backbone")
             net = self.build().to(device)
-            tokenizer = oc.get_tokenizer(self.model)
+            tokenizer = oc.get_tokenizer(self._source()[0])
             prompts = [self.template.format(c.replace("_", " ")) for c in class_names]
             chunks = []
             cuda = device.type == "cuda"
@@ -317,7 +325,8 @@ class ClipZeroShot(Backbone):
             dataset, split, context, step,
             batch_size=self.batch_size, num_workers=self.num_workers, amp=self.amp,
             name="clip",
-            meta={"model": self.model, "pretrained": self.pretrained_file or self.pretrained,
+            meta={"model": self._source()[0],
+                  "pretrained": self._source()[2] or self._source()[1],
                   "template": self.template, "logit_scale": float(scale)},
         )  # fmt: skip
 
@@ -343,7 +352,6 @@ def _resize_crop(x: torch.Tensor, size: int, mode: str) -> torch.Tensor:
 PLUGIN = Plugin(
     "clip",
     ClipZeroShot,
-    ClipParams,
     summary="open_clip zero-shot classifier (weights from the local cache only); "
     "features = normalised image embedding",
 )

@@ -29,24 +29,14 @@ import os
 import pickle
 import warnings
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 from pydantic import Field
-from selbench.api import Backbone, Dataset, FitContext, Params, Plugin
+from selbench.api import Backbone, Dataset, FitContext, Plugin
 from selbench.data import ModelOutputs
 
-__all__ = ["PLUGIN", "DigitsNet", "DigitsNetParams"]
-
-
-class DigitsNetParams(Params):
-    train_split: str = Field("train", description="split of the dataset the network is trained on")
-    epochs: int = Field(30, ge=1, description="training epochs")
-    lr: float = Field(3e-3, gt=0, description="Adam learning rate")
-    weight_decay: float = Field(1e-4, ge=0, description="Adam weight decay (L2)")
-    batch_size: int = Field(64, ge=1, description="training batch size")
-    width: int = Field(16, ge=1, description="channels of the first conv layer (second: 2x)")
-    feature_dim: int = Field(64, ge=1, description="size of the penultimate layer (the features)")
-    seed: int = Field(0, ge=0, description="seed of the initialisation and of the batch order")
+__all__ = ["PLUGIN", "DigitsNet"]
 
 
 def _as_images(inputs: object, where: str) -> np.ndarray:
@@ -123,19 +113,19 @@ class DigitsNet(Backbone):
 
     def __init__(
         self,
-        train_split: str = "train",
-        epochs: int = 30,
-        lr: float = 3e-3,
-        weight_decay: float = 1e-4,
-        batch_size: int = 64,
-        width: int = 16,
-        feature_dim: int = 64,
-        seed: int = 0,
+        train_split: Annotated[str, Field(
+            description="split of the dataset the network is trained on")] = "train",
+        epochs: Annotated[int, Field(ge=1, description="training epochs")] = 30,
+        lr: Annotated[float, Field(gt=0, description="Adam learning rate")] = 3e-3,
+        weight_decay: Annotated[float, Field(ge=0, description="Adam weight decay (L2)")] = 1e-4,
+        batch_size: Annotated[int, Field(ge=1, description="training batch size")] = 64,
+        width: Annotated[int, Field(
+            ge=1, description="channels of the first conv layer (second: 2x)")] = 16,
+        feature_dim: Annotated[int, Field(
+            ge=1, description="size of the penultimate layer (the features)")] = 64,
+        seed: Annotated[int, Field(
+            ge=0, description="seed of the initialisation and of the batch order")] = 0,
     ):
-        DigitsNetParams(
-            train_split=train_split, epochs=epochs, lr=lr, weight_decay=weight_decay,
-            batch_size=batch_size, width=width, feature_dim=feature_dim, seed=seed,
-        )  # fmt: skip
         self.train_split = train_split
         self.epochs = epochs
         self.lr = lr
@@ -148,8 +138,7 @@ class DigitsNet(Backbone):
     # ------------------------------------------------------------------ training
     def _fingerprint(self, x: np.ndarray, y: np.ndarray, num_classes: int) -> str:
         h = hashlib.sha256()
-        params = {k: getattr(self, k) for k in DigitsNetParams.model_fields}
-        h.update(json.dumps(params, sort_keys=True).encode())
+        h.update(json.dumps(self.get_params(deep=False), sort_keys=True).encode())
         h.update(str((x.shape, num_classes)).encode())
         h.update(x.tobytes())
         h.update(y.astype(np.int64).tobytes())
@@ -288,6 +277,5 @@ class DigitsNet(Backbone):
 PLUGIN = Plugin(
     "digits-net",
     DigitsNet,
-    DigitsNetParams,
     summary="Small seeded CNN trained in-process on the dataset's train split (seconds on CPU)",
 )

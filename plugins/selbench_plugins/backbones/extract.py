@@ -12,26 +12,39 @@ on CUDA, ``num_workers`` loader processes), inference mode, mixed precision
 :class:`~selbench.data.ModelOutputs` at the end. The first item is loaded in the calling
 process before any worker starts, so missing files fail at once with the dataset's own
 message (which says where to get the data) instead of inside a worker.
+
+The parameters every image backbone shares (:data:`BatchSize`, :data:`NumWorkers`,
+:data:`Amp`) are declared here once, as annotated types for the backbones' signatures.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
+from pydantic import Field
 from selbench.api import Dataset, FitContext
 from selbench.data import DataError, ModelOutputs
 
 __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
+    "Amp",
+    "BatchSize",
+    "NumWorkers",
     "extract_outputs",
     "normalize",
     "to_float_images",
 ]
+
+#: Parameters shared by the image backbones, declared last in each (they set how the
+#: extraction runs, not what it computes; ``amp`` changes the numbers slightly on CUDA).
+BatchSize = Annotated[int, Field(ge=1, description="images per forward pass")]
+NumWorkers = Annotated[int, Field(ge=0, description="DataLoader worker processes (0: in-process)")]
+Amp = Annotated[bool, Field(description="float16 autocast on CUDA (ignored on CPU)")]
 
 #: the channel statistics torchvision's ImageNet models (and WILDS' Camelyon17 model) expect
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

@@ -8,19 +8,14 @@ softmax gives back exactly ``f_{−1}, f_1``. The features are ``x`` itself.
 from __future__ import annotations
 
 import hashlib
+from typing import Annotated
 
 import numpy as np
 from pydantic import Field
-from selbench.api import Backbone, Dataset, FitContext, Params, Plugin
+from selbench.api import Backbone, Dataset, FitContext, Plugin
 from selbench.data import ModelOutputs
 
-__all__ = ["PLUGIN", "TheoryLinear", "TheoryLinearParams"]
-
-
-class TheoryLinearParams(Params):
-    train_split: str = Field(
-        "train", description="split θ̂ = mean(x·y) is estimated on (the pretraining data)"
-    )
+__all__ = ["PLUGIN", "TheoryLinear"]
 
 
 def _binary_inputs(dataset: Dataset, split: str) -> tuple[np.ndarray, np.ndarray, object]:
@@ -65,8 +60,13 @@ class TheoryLinear(Backbone):
 
     input_kinds = frozenset({"vectors"})
 
-    def __init__(self, train_split: str = "train"):
-        self.train_split = TheoryLinearParams(train_split=train_split).train_split
+    def __init__(
+        self,
+        train_split: Annotated[str, Field(
+            description="split θ̂ = mean(x·y) is estimated on (the pretraining data)",
+        )] = "train",
+    ):
+        self.train_split = train_split
 
     def fit(self, dataset: Dataset) -> TheoryLinear:
         """Estimate ``θ̂`` on ``dataset``'s ``train_split`` and return ``self``."""
@@ -106,6 +106,5 @@ class TheoryLinear(Backbone):
 PLUGIN = Plugin(
     "theory-linear",
     TheoryLinear,
-    TheoryLinearParams,
     summary="The paper's theory classifier: θ̂ = mean(x·y) on 'train', logits [−θ̂ᵀx, θ̂ᵀx]",
 )

@@ -20,35 +20,26 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import torch
-from pydantic import Field, create_model, model_validator
+from pydantic import Field, model_validator
 from selbench.api import Backbone, Dataset, FitContext, Params, Plugin
 from selbench.data import ModelOutputs
 from selbench.inputs import InputFile
 from selbench.vision import require
 
-from selbench_plugins.backbones.extract import (
+from .extract import (
+    Amp,
+    BatchSize,
+    NumWorkers,
     extract_outputs,
     full_precision,
     preprocess,
     split_head,
 )
 
-__all__ = ["PLUGIN", "ResNet34", "ResNet34Params", "TorchvisionClassifier", "hub_weights_path"]
-
-
-def loader_fields() -> dict:
-    """Parameters shared by the image backbones, declared last in each (they set how the
-    extraction runs, not what it computes; ``amp`` changes the numbers slightly on CUDA)."""
-    return {
-        "batch_size": (int, Field(256, ge=1, description="images per forward pass")),
-        "num_workers": (int, Field(
-            4, ge=0, description="DataLoader worker processes (0: in-process)"
-        )),
-        "amp": (bool, Field(True, description="float16 autocast on CUDA (ignored on CPU)")),
-    }  # fmt: skip
+__all__ = ["PLUGIN", "ResNet34", "TorchvisionClassifier", "hub_weights_path"]
 
 
 #: a weights *name* (torchvision's weights enum members, open_clip's pretrained tags); any
@@ -85,26 +76,14 @@ def name_or_file(data: Any, name: str, file: str) -> Any:
     return data
 
 
-class _ResNet34Base(Params):
-    weights: str | None = Field(
-        "IMAGENET1K_V1",
-        description="torchvision weights name (read from the torch hub cache, never "
-        "downloaded), or null for random init (unless weights_file is given)",
-    )
-    weights_file: InputFile | None = Field(
-        None, description="a state-dict file to load instead of named weights"
-    )
-    init_seed: int = Field(0, ge=0, description="seed of the random init (weights: null)")
+class _WeightsOrFile(Params):
+    """``weights`` names the weights, ``weights_file`` is a file: a path given as
+    ``weights`` (older specs) moves to ``weights_file``; giving both is an error."""
 
     @model_validator(mode="before")
     @classmethod
     def _weights_file(cls, data: Any) -> Any:
         return name_or_file(data, "weights", "weights_file")
-
-
-ResNet34Params = create_model(
-    "ResNet34Params", __base__=_ResNet34Base, __module__=__name__, **loader_fields()
-)
 
 
 def hub_weights_path(weights: Any) -> Path:
@@ -140,6 +119,7 @@ class TorchvisionClassifier(Backbone):
     """A torchvision ImageNet classifier: pooled penultimate features + logits."""
 
     input_kinds = frozenset({"image-items"})
+    params_base = _WeightsOrFile
 
     arch = "resnet34"
     head = "fc"
@@ -147,50 +127,62 @@ class TorchvisionClassifier(Backbone):
 
     def __init__(
         self,
-        weights: str | None = "IMAGENET1K_V1",
-        init_seed: int = 0,
-        batch_size: int = 256,
-        num_workers: int = 4,
-        amp: bool = True,
-        weights_file: str | None = None,
+        weights: Annotated[str | None, Field(
+            description="torchvision weights name (read from the torch hub cache, never "
+            "downloaded), or null for random init (unless weights_file is given)",
+        )] = "IMAGENET1K_V1",
+        weights_file: Annotated[InputFile | None, Field(
+            description="a state-dict file to load instead of named weights")] = None,
+        init_seed: Annotated[int, Field(
+            ge=0, description="seed of the random init (weights: null)")] = 0,
+        batch_size: BatchSize = 256,
+        num_workers: NumWorkers = 4,
+        amp: Amp = True,
     ):
-        if weights_file is None and weights is not None and not is_weights_name(weights):
-            weights, weights_file = None, weights  # a path given as weights (Python callers)
-        self.weights = None if weights_file is not None else weights
+        self.weights = weights
         self.weights_file = weights_file
         self.init_seed = init_seed
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.amp = amp
 
+    def _source(self) -> tuple[str | None, str | None]:
+        """``(weights name, weights file)`` to load: a path given as ``weights`` (Python
+        callers of older versions) is the file, and a file wins over a name."""
+        weights, file = self.weights, self.weights_file
+        if file is None and weights is not None and not is_weights_name(weights):
+            weights, file = None, weights
+        return (None if file is not None else weights), file
+
     def build(self, num_classes: int) -> torch.nn.Module:
         """The network with its weights loaded (no download ever)."""
         models = require("torchvision.models", f"the {self.arch} backbone")
         ctor = getattr(models, self.arch)
-        if self.weights_file is not None:
-            path = Path(self.weights_file)
+        weights, weights_file = self._source()
+        if weights_file is not None:
+            path = Path(weights_file)
             state = load_state_dict_file(path, self.arch)
-        elif self.weights is None:
+        elif weights is None:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(self.init_seed)
                 return ctor(weights=None, num_classes=num_classes)
         else:
             try:
-                enum = models.get_model_weights(self.arch)[self.weights]
+                enum = models.get_model_weights(self.arch)[weights]
             except KeyError:
                 known = ", ".join(w.name for w in models.get_model_weights(self.arch))
                 raise ValueError(
-                    f"{self.arch}: unknown weights {self.weights!r}; torchvision has {known} "
+                    f"{self.arch}: unknown weights {weights!r}; torchvision has {known} "
                     "(or give a state-dict file as weights_file, or null for random init)"
                 ) from None
             path = hub_weights_path(enum)
             if not path.is_file():
                 raise FileNotFoundError(
-                    f"{self.display} weights {self.weights} are not in the torch hub cache: "
+                    f"{self.display} weights {weights} are not in the torch hub cache: "
                     f"{path} does not exist. selbench never downloads weights. Fetch them once "
                     f"where there is internet access (download {enum.url} into {path.parent}, "
                     f"or run python -c \"import torchvision; torchvision.models.{self.arch}"
-                    f"(weights='{self.weights}')\"), set TORCH_HOME to the cache folder that "
+                    f"(weights='{weights}')\"), set TORCH_HOME to the cache folder that "
                     "holds them, or give the file's path as weights_file."
                 )
             state = load_state_dict_file(path, self.arch)
@@ -223,7 +215,7 @@ class TorchvisionClassifier(Backbone):
             dataset, split, context, step,
             batch_size=self.batch_size, num_workers=self.num_workers, amp=self.amp,
             name=self.arch,
-            meta={"weights": self.weights, "weights_file": self.weights_file},
+            meta=dict(zip(("weights", "weights_file"), self._source())),
         )  # fmt: skip
 
 
@@ -239,6 +231,5 @@ class ResNet34(TorchvisionClassifier):
 PLUGIN = Plugin(
     "resnet34",
     ResNet34,
-    ResNet34Params,
     summary="torchvision ResNet-34 (IMAGENET1K_V1 from the local torch cache); 512-d features",
 )

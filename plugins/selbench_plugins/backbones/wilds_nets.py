@@ -26,48 +26,35 @@ from __future__ import annotations
 import contextlib
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
-from pydantic import Field, create_model
-from selbench.api import Backbone, Dataset, FitContext, Params, Plugin
+from pydantic import Field
+from selbench.api import Backbone, Dataset, FitContext, Plugin
 from selbench.data import ModelOutputs
 from selbench.inputs import InputFile
 from selbench.vision import require
 
-from selbench_plugins.backbones.extract import (
+from .extract import (
+    Amp,
+    BatchSize,
+    NumWorkers,
     extract_outputs,
     full_precision,
     preprocess,
     split_head,
 )
-from selbench_plugins.backbones.torchvision_nets import loader_fields
 
 __all__ = [
     "PLUGINS",
     "WildsDenseNet121",
     "WildsNet",
-    "WildsNetParams",
     "WildsResNet50",
     "wilds_state_dict",
 ]
 
 CHECKPOINTS_URL = "https://worksheets.codalab.org/worksheets/0x52cea64d1d3f4fa89de326b4e31aa50a"
-
-
-class _WildsNetBase(Params):
-    checkpoint: InputFile = Field(description="path of the WILDS best_model.pth checkpoint")
-    normalization: Literal["imagenet", "per-image", "none"] | None = Field(
-        None,
-        description="input scaling (default: WILDS' own — imagenet for Camelyon17, per-image "
-        "for RxRx1)",
-    )
-
-
-WildsNetParams = create_model(
-    "WildsNetParams", __base__=_WildsNetBase, __module__=__name__, **loader_fields()
-)
 
 
 _DENSE_OLD = re.compile(
@@ -151,14 +138,18 @@ class WildsNet(Backbone):
 
     def __init__(
         self,
-        checkpoint: str,
-        normalization: str | None = None,
-        batch_size: int = 256,
-        num_workers: int = 4,
-        amp: bool = True,
+        checkpoint: Annotated[InputFile, Field(
+            description="path of the WILDS best_model.pth checkpoint")],
+        normalization: Annotated[Literal["imagenet", "per-image", "none"] | None, Field(
+            description="input scaling (default: WILDS' own — imagenet for Camelyon17, "
+            "per-image for RxRx1)",
+        )] = None,
+        batch_size: BatchSize = 256,
+        num_workers: NumWorkers = 4,
+        amp: Amp = True,
     ):
         self.checkpoint = checkpoint
-        self.normalization = normalization or self.default_normalization
+        self.normalization = normalization
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.amp = amp
@@ -207,7 +198,7 @@ class WildsNet(Backbone):
         body, head = split_head(self.build(), self.head)
         body.eval().to(device)
         head.eval().to(device)
-        norm = self.normalization
+        norm = self.normalization or self.default_normalization
 
         def step(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             f = body(preprocess(x, norm)).float()
@@ -245,13 +236,11 @@ PLUGINS = [
     Plugin(
         "wilds-densenet121",
         WildsDenseNet121,
-        WildsNetParams,
         summary="WILDS-trained DenseNet-121 (Camelyon17) from a best_model.pth checkpoint",
     ),
     Plugin(
         "wilds-resnet50",
         WildsResNet50,
-        WildsNetParams,
         summary="WILDS-trained ResNet-50 (RxRx1) from a best_model.pth checkpoint",
     ),
 ]

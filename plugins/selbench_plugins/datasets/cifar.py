@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field, create_model, field_validator
+from pydantic import AfterValidator, Field, model_validator
 from selbench.api import Dataset, Params, Plugin, SplitData
 from selbench.inputs import InputDir
 from selbench.vision import ArrayImages, ImageItems, augmix_transform, require
@@ -41,8 +41,6 @@ __all__ = [
     "CIFAR100_CLASSES",
     "CIFAR100_C_CORRUPTIONS",
     "PLUGINS",
-    "CIFAR100CParams",
-    "CIFAR100Params",
 ]
 
 CIFAR100_URL = "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"
@@ -73,17 +71,13 @@ CIFAR100_CLASSES: tuple[str, ...] = (
 )  # fmt: skip
 
 
-def _augmix_fields() -> dict:
-    """The AugMix parameters shared by both datasets (declared last in each)."""
-    return {
-        "augmix_splits": (list[str], Field(
-            default_factory=list,
-            description="splits whose images are AugMix-augmented (paper: the fitting split)",
-        )),
-        "augmix_severity": (int, Field(3, ge=1, le=10, description="AugMix severity (paper: 3)")),
-        "augmix_width": (int, Field(3, ge=1, description="AugMix mixture width (paper: 3)")),
-        "augmix_seed": (int, Field(0, ge=0, description="seed of the augmentation")),
-    }  # fmt: skip
+#: The AugMix parameters of both datasets (declared last in each).
+AugmixSplits = Annotated[list[str], Field(
+    description="splits whose images are AugMix-augmented (paper: the fitting split)",
+)]
+AugmixSeverity = Annotated[int, Field(ge=1, le=10, description="AugMix severity (paper: 3)")]
+AugmixWidth = Annotated[int, Field(ge=1, description="AugMix mixture width (paper: 3)")]
+AugmixSeed = Annotated[int, Field(ge=0, description="seed of the augmentation")]
 
 
 #: the official release's files, hashed by content in the input digest (the labels live in
@@ -93,17 +87,6 @@ CIFAR100_FILES = ("cifar-100-python/train", "cifar-100-python/test", "cifar-100-
 #: a CIFAR-100 python-release folder; ``download: true`` may create it, so it need not exist
 CIFAR100Root = InputDir(metadata=CIFAR100_FILES, must_exist=False)
 
-
-class _CIFAR100Base(Params):
-    root: CIFAR100Root = Field("data/cifar100", description="folder holding cifar-100-python/")
-    download: bool = Field(
-        False, description="download CIFAR-100 (161 MB) with torchvision if missing; off by default"
-    )
-
-
-CIFAR100Params = create_model(
-    "CIFAR100Params", __base__=_CIFAR100Base, __module__=__name__, **_augmix_fields()
-)
 
 
 # --------------------------------------------------------------------------- reading
@@ -239,9 +222,25 @@ def cifar100_class_names(root: str | Path) -> list[str]:
     return list(CIFAR100_CLASSES)
 
 
-def _items(images, labels, augment: bool, params) -> ImageItems:
-    aug = augmix_transform(params["severity"], params["width"]) if augment else None
-    return ImageItems(ArrayImages(images), labels, augment=aug, seed=params["seed"])
+def _items(images, labels, augment: bool, dataset: CIFAR100 | CIFAR100C) -> ImageItems:
+    aug = augmix_transform(dataset.augmix_severity, dataset.augmix_width) if augment else None
+    return ImageItems(ArrayImages(images), labels, augment=aug, seed=dataset.augmix_seed)
+
+
+def _augmix_splits_of(splits: tuple[str, ...]) -> type[Params]:
+    """Validators of a dataset with these splits: ``augmix_splits`` must name some of them."""
+
+    class _AugmixSplitsKnown(Params):
+        @model_validator(mode="after")
+        def _known(self):
+            bad = sorted(set(self.augmix_splits) - set(splits))
+            if bad:
+                raise ValueError(
+                    f"augmix_splits: unknown split(s) {bad}; splits are {', '.join(splits)}"
+                )
+            return self
+
+    return _AugmixSplitsKnown
 
 
 # --------------------------------------------------------------------------- cifar100
@@ -250,23 +249,27 @@ class CIFAR100(Dataset):
 
     num_classes = 100
     input_kind = "image-items"
+    params_base = _augmix_splits_of(("train", "test"))
 
     def __init__(
         self,
-        root: str = "data/cifar100",
-        download: bool = False,
-        augmix_splits: list[str] | None = None,
-        augmix_severity: int = 3,
-        augmix_width: int = 3,
-        augmix_seed: int = 0,
+        root: Annotated[CIFAR100Root, Field(
+            description="folder holding cifar-100-python/")] = "data/cifar100",
+        download: Annotated[bool, Field(
+            description="download CIFAR-100 (161 MB) with torchvision if missing; off by "
+            "default",
+        )] = False,
+        augmix_splits: AugmixSplits = [],  # noqa: B006 - parameters are never mutated
+        augmix_severity: AugmixSeverity = 3,
+        augmix_width: AugmixWidth = 3,
+        augmix_seed: AugmixSeed = 0,
     ):
         self.root = root
         self.download = download
-        self.augmix_splits = list(augmix_splits or [])
-        bad = sorted(set(self.augmix_splits) - set(self.splits()))
-        if bad:
-            raise ValueError(f"augmix_splits: unknown split(s) {bad}; splits are train, test")
-        self._aug = {"severity": augmix_severity, "width": augmix_width, "seed": augmix_seed}
+        self.augmix_splits = augmix_splits
+        self.augmix_severity = augmix_severity
+        self.augmix_width = augmix_width
+        self.augmix_seed = augmix_seed
         self._cache: dict[str, SplitData] = {}
 
     def splits(self) -> list[str]:
@@ -278,7 +281,7 @@ class CIFAR100(Dataset):
         if name not in self._cache:
             images, labels = read_cifar100(self.root, name, self.download)
             self._cache[name] = SplitData(
-                inputs=_items(images, labels, name in self.augmix_splits, self._aug),
+                inputs=_items(images, labels, name in self.augmix_splits, self),
                 labels=labels,
                 class_names=cifar100_class_names(self.root),
                 meta={"dataset": "cifar100", "augmix": name in self.augmix_splits},
@@ -287,51 +290,16 @@ class CIFAR100(Dataset):
 
 
 # --------------------------------------------------------------------------- cifar100-c
-class _CIFAR100CBase(Params):
-    root: InputDir(metadata=("labels.npy",)) = Field(
-        "data/CIFAR-100-C", description="folder with <corruption>.npy and labels.npy"
-    )
-    cifar_root: CIFAR100Root = Field(
-        "data/cifar100", description="folder holding cifar-100-python/ (the clean 'val' split)"
-    )
-    download: bool = Field(
-        False, description="download clean CIFAR-100 with torchvision if missing (never "
-        "CIFAR-100-C); off by default",
-    )
-    corruptions: list[str] = Field(
-        default_factory=lambda: list(CIFAR100_C_CORRUPTIONS),
-        description="corruptions sampled for 'test' (default: the 15 benchmark ones)",
-    )
-    severities: list[int] = Field(
-        default_factory=lambda: [1, 2, 3, 4, 5], description="severities sampled for 'test'"
-    )
-    n: int = Field(50_000, ge=1, description="size of the 'test' sample (paper: 50,000)")
-    seed: int = Field(0, ge=0, description="seed of the 'test' and 'val' samples")
-    fit_source: Literal["train", "test"] = Field(
-        "train", description="clean CIFAR-100 part the 'val' split is drawn from"
-    )
-    val_size: int | None = Field(
-        10_000, ge=1, description="size of the seeded 'val' sample (null: the whole part)"
-    )
-
-    @field_validator("severities")
-    @classmethod
-    def _sev(cls, v: list[int]) -> list[int]:
-        if not v or any(s not in (1, 2, 3, 4, 5) for s in v) or len(set(v)) != len(v):
-            raise ValueError("severities must be distinct values in 1..5")
-        return sorted(v)
-
-    @field_validator("corruptions")
-    @classmethod
-    def _corr(cls, v: list[str]) -> list[str]:
-        if not v or len(set(v)) != len(v):
-            raise ValueError("corruptions must be a non-empty list of distinct names")
-        return v
+def _severities(v: list[int]) -> list[int]:
+    if not v or any(s not in (1, 2, 3, 4, 5) for s in v) or len(set(v)) != len(v):
+        raise ValueError("severities must be distinct values in 1..5")
+    return sorted(v)
 
 
-CIFAR100CParams = create_model(
-    "CIFAR100CParams", __base__=_CIFAR100CBase, __module__=__name__, **_augmix_fields()
-)
+def _corruptions(v: list[str]) -> list[str]:
+    if not v or len(set(v)) != len(v):
+        raise ValueError("corruptions must be a non-empty list of distinct names")
+    return v
 
 
 class CIFAR100C(Dataset):
@@ -340,37 +308,51 @@ class CIFAR100C(Dataset):
 
     num_classes = 100
     input_kind = "image-items"
+    params_base = _augmix_splits_of(("val", "test"))
 
     def __init__(
         self,
-        root: str = "data/CIFAR-100-C",
-        cifar_root: str = "data/cifar100",
-        download: bool = False,
-        corruptions: list[str] | None = None,
-        severities: list[int] | None = None,
-        n: int = 50_000,
-        seed: int = 0,
-        fit_source: str = "train",
-        val_size: int | None = 10_000,
-        augmix_splits: list[str] | None = None,
-        augmix_severity: int = 3,
-        augmix_width: int = 3,
-        augmix_seed: int = 0,
+        root: Annotated[InputDir(metadata=("labels.npy",)), Field(
+            description="folder with <corruption>.npy and labels.npy")] = "data/CIFAR-100-C",
+        cifar_root: Annotated[CIFAR100Root, Field(
+            description="folder holding cifar-100-python/ (the clean 'val' split)",
+        )] = "data/cifar100",
+        download: Annotated[bool, Field(
+            description="download clean CIFAR-100 with torchvision if missing (never "
+            "CIFAR-100-C); off by default",
+        )] = False,
+        corruptions: Annotated[list[str], AfterValidator(_corruptions), Field(
+            description="corruptions sampled for 'test' (default: the 15 benchmark ones)",
+        )] = list(CIFAR100_C_CORRUPTIONS),  # noqa: B006 - parameters are never mutated
+        severities: Annotated[list[int], AfterValidator(_severities), Field(
+            description="severities sampled for 'test'",
+        )] = [1, 2, 3, 4, 5],  # noqa: B006 - parameters are never mutated
+        n: Annotated[int, Field(ge=1, description="size of the 'test' sample (paper: 50,000)")]
+        = 50_000,
+        seed: Annotated[int, Field(ge=0, description="seed of the 'test' and 'val' samples")] = 0,
+        fit_source: Annotated[Literal["train", "test"], Field(
+            description="clean CIFAR-100 part the 'val' split is drawn from")] = "train",
+        val_size: Annotated[int | None, Field(
+            ge=1, description="size of the seeded 'val' sample (null: the whole part)",
+        )] = 10_000,
+        augmix_splits: AugmixSplits = [],  # noqa: B006 - parameters are never mutated
+        augmix_severity: AugmixSeverity = 3,
+        augmix_width: AugmixWidth = 3,
+        augmix_seed: AugmixSeed = 0,
     ):
         self.root = root
         self.cifar_root = cifar_root
         self.download = download
-        self.corruptions = list(corruptions) if corruptions else list(CIFAR100_C_CORRUPTIONS)
-        self.severities = sorted(severities) if severities else [1, 2, 3, 4, 5]
+        self.corruptions = corruptions
+        self.severities = severities
         self.n = n
         self.seed = seed
         self.fit_source = fit_source
         self.val_size = val_size
-        self.augmix_splits = list(augmix_splits or [])
-        bad = sorted(set(self.augmix_splits) - set(self.splits()))
-        if bad:
-            raise ValueError(f"augmix_splits: unknown split(s) {bad}; splits are val, test")
-        self._aug = {"severity": augmix_severity, "width": augmix_width, "seed": augmix_seed}
+        self.augmix_splits = augmix_splits
+        self.augmix_severity = augmix_severity
+        self.augmix_width = augmix_width
+        self.augmix_seed = augmix_seed
         self._cache: dict[str, SplitData] = {}
 
     def splits(self) -> list[str]:
@@ -402,7 +384,7 @@ class CIFAR100C(Dataset):
             images, labels = images[idx], labels[idx]
         augment = "val" in self.augmix_splits
         return SplitData(
-            inputs=_items(images, labels, augment, self._aug),
+            inputs=_items(images, labels, augment, self),
             labels=labels,
             class_names=self._class_names(),
             meta={"dataset": "cifar100-c", "source": f"cifar100 {self.fit_source}",
@@ -437,7 +419,8 @@ class CIFAR100C(Dataset):
                     f"labels.npy, got {arr.dtype} {arr.shape}"
                 )
             arrays[c] = arr
-        n_sev = len(self.severities)
+        severities = sorted(self.severities)
+        n_sev = len(severities)
         pool = len(self.corruptions) * n_sev * m
         if self.n > pool:
             raise ValueError(
@@ -448,7 +431,7 @@ class CIFAR100C(Dataset):
         flat = np.sort(rng.choice(pool, size=self.n, replace=False))
         ci, rest = np.divmod(flat, n_sev * m)
         si, j = np.divmod(rest, m)
-        sev = np.asarray(self.severities)[si]
+        sev = np.asarray(severities)[si]
         file_rows = (sev - 1) * m + j
         images = np.empty((self.n, 32, 32, 3), dtype=np.uint8)
         for k, c in enumerate(self.corruptions):
@@ -459,7 +442,7 @@ class CIFAR100C(Dataset):
         domain = (ci * 5 + sev - 1).astype(np.int64)
         augment = "test" in self.augmix_splits
         return SplitData(
-            inputs=_items(images, labels, augment, self._aug),
+            inputs=_items(images, labels, augment, self),
             labels=labels,
             domain=domain,
             class_names=self._class_names(),
@@ -471,13 +454,11 @@ PLUGINS = [
     Plugin(
         "cifar100",
         CIFAR100,
-        CIFAR100Params,
         summary="CIFAR-100 (official python release), splits train/test; optional AugMix",
     ),
     Plugin(
         "cifar100-c",
         CIFAR100C,
-        CIFAR100CParams,
         summary="clean CIFAR-100 'val' -> seeded CIFAR-100-C sample 'test' (domain = "
         "corruption × severity)",
     ),

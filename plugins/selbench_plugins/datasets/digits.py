@@ -44,11 +44,13 @@ severity), so a domain's images do not change when other corruptions are switche
 
 from __future__ import annotations
 
-import numpy as np
-from pydantic import Field, field_validator
-from selbench.api import Dataset, Params, Plugin, SplitData
+from typing import Annotated
 
-__all__ = ["CORRUPTIONS", "PLUGIN", "SEVERITY_LEVELS", "Digits", "DigitsParams", "corrupt"]
+import numpy as np
+from pydantic import AfterValidator, Field
+from selbench.api import Dataset, Plugin, SplitData
+
+__all__ = ["CORRUPTIONS", "PLUGIN", "SEVERITY_LEVELS", "Digits", "corrupt"]
 
 #: every corruption, in the order that defines the domain ids
 CORRUPTIONS: tuple[str, ...] = (
@@ -135,52 +137,25 @@ def _rotate(x: np.ndarray, angles: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- dataset
-class DigitsParams(Params):
-    split_fractions: tuple[float, float, float] = Field(
-        (0.4, 0.3, 0.3),
-        description="fractions of the 1797 images in train / val / test (stratified, seeded)",
-    )
-    seed: int = Field(0, ge=0, description="seed of the split and of every corruption")
-    corruptions: list[str] = Field(
-        default_factory=lambda: list(CORRUPTIONS),
-        description=f"corruptions in the shifted splits, a subset of {list(CORRUPTIONS)}",
-    )
-    severities: list[int] = Field(
-        default_factory=lambda: [1, 2, 3, 4, 5],
-        description="severities (1-5) in the shifted splits",
-    )
-    shifted_per_domain: int | None = Field(
-        100,
-        ge=1,
-        description="source images drawn per (corruption, severity) in the shifted splits "
-        "(capped at the source split's size); null uses every image for every pair",
-    )
+def _fractions(v: tuple[float, float, float]) -> tuple[float, float, float]:
+    if any(f <= 0 for f in v) or abs(sum(v) - 1.0) > 1e-6:
+        raise ValueError(f"split_fractions must be three positive numbers summing to 1, got {v}")
+    return v
 
-    @field_validator("split_fractions")
-    @classmethod
-    def _fractions(cls, v: tuple[float, float, float]) -> tuple[float, float, float]:
-        if any(f <= 0 for f in v) or abs(sum(v) - 1.0) > 1e-6:
-            raise ValueError(
-                f"split_fractions must be three positive numbers summing to 1, got {v}"
-            )
-        return v
 
-    @field_validator("corruptions")
-    @classmethod
-    def _corruptions(cls, v: list[str]) -> list[str]:
-        bad = [c for c in v if c not in CORRUPTIONS]
-        if bad:
-            raise ValueError(f"unknown corruption(s) {bad}; available: {list(CORRUPTIONS)}")
-        if not v or len(set(v)) != len(v):
-            raise ValueError("corruptions must be a non-empty list without repeats")
-        return v
+def _corruptions(v: list[str]) -> list[str]:
+    bad = [c for c in v if c not in CORRUPTIONS]
+    if bad:
+        raise ValueError(f"unknown corruption(s) {bad}; available: {list(CORRUPTIONS)}")
+    if not v or len(set(v)) != len(v):
+        raise ValueError("corruptions must be a non-empty list without repeats")
+    return v
 
-    @field_validator("severities")
-    @classmethod
-    def _severities(cls, v: list[int]) -> list[int]:
-        if not v or any(s not in range(1, 6) for s in v) or len(set(v)) != len(v):
-            raise ValueError(f"severities must be distinct integers in 1..5, got {v}")
-        return v
+
+def _severities(v: list[int]) -> list[int]:
+    if not v or any(s not in range(1, 6) for s in v) or len(set(v)) != len(v):
+        raise ValueError(f"severities must be distinct integers in 1..5, got {v}")
+    return v
 
 
 class Digits(Dataset):
@@ -196,24 +171,28 @@ class Digits(Dataset):
 
     def __init__(
         self,
-        split_fractions: tuple[float, float, float] = (0.4, 0.3, 0.3),
-        seed: int = 0,
-        corruptions: list[str] | None = None,
-        severities: list[int] | None = None,
-        shifted_per_domain: int | None = 100,
+        split_fractions: Annotated[tuple[float, float, float], AfterValidator(_fractions), Field(
+            description="fractions of the 1797 images in train / val / test (stratified, "
+            "seeded)",
+        )] = (0.4, 0.3, 0.3),
+        seed: Annotated[int, Field(
+            ge=0, description="seed of the split and of every corruption")] = 0,
+        corruptions: Annotated[list[str], AfterValidator(_corruptions), Field(
+            description=f"corruptions in the shifted splits, a subset of {list(CORRUPTIONS)}",
+        )] = list(CORRUPTIONS),  # noqa: B006 - parameters are never mutated
+        severities: Annotated[list[int], AfterValidator(_severities), Field(
+            description="severities (1-5) in the shifted splits",
+        )] = [1, 2, 3, 4, 5],  # noqa: B006 - parameters are never mutated
+        shifted_per_domain: Annotated[int | None, Field(
+            ge=1, description="source images drawn per (corruption, severity) in the shifted "
+            "splits (capped at the source split's size); null uses every image for every pair",
+        )] = 100,
     ):
-        params = DigitsParams(
-            split_fractions=tuple(split_fractions),
-            seed=seed,
-            corruptions=list(CORRUPTIONS) if corruptions is None else list(corruptions),
-            severities=[1, 2, 3, 4, 5] if severities is None else list(severities),
-            shifted_per_domain=shifted_per_domain,
-        )
-        self.split_fractions = params.split_fractions
-        self.seed = params.seed
-        self.corruptions = params.corruptions
-        self.severities = params.severities
-        self.shifted_per_domain = params.shifted_per_domain
+        self.split_fractions = split_fractions
+        self.seed = seed
+        self.corruptions = corruptions
+        self.severities = severities
+        self.shifted_per_domain = shifted_per_domain
         self._cache: dict[str, SplitData] = {}
         self._base: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
 
@@ -294,6 +273,5 @@ class Digits(Dataset):
 PLUGIN = Plugin(
     "digits",
     Digits,
-    DigitsParams,
     summary="scikit-learn's 8x8 handwritten digits, clean splits + CIFAR-C-style corrupted splits",
 )

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Annotated, Any
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 from selbench.api import Dataset, Params, Plugin, SplitData
 from selbench.inputs import InputDir
 from selbench.vision import ImageItems, require
 
-__all__ = ["PLUGIN", "ImageNetParams", "ImageNetVal"]
+__all__ = ["PLUGIN", "ImageNetVal"]
 
 _IMAGE_EXT = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -37,14 +38,14 @@ WHERE_TO_GET = (
 )
 
 
-class ImageNetParams(Params):
-    # the labels are the class folders' names, which the folder digest holds; no index file
-    root: InputDir() = Field(
-        "data/imagenet/val",
-        description="ILSVRC2012 validation folder with one sub-folder of images per class",
-    )
-    resize: int = Field(256, ge=1, description="short side after resizing (bilinear)")
-    crop: int = Field(224, ge=1, description="side of the centre crop fed to the model")
+class _CropWithinResize(Params):
+    """The centre crop must fit in the resized image."""
+
+    @model_validator(mode="after")
+    def _crop(self) -> Any:
+        if self.crop > self.resize:
+            raise ValueError(f"crop={self.crop} must not exceed resize={self.resize}")
+        return self
 
 
 class _FolderInput:
@@ -63,10 +64,19 @@ class ImageNetVal(Dataset):
     evaluation geometry (resize 256, centre crop 224)."""
 
     input_kind = "image-items"
+    params_base = _CropWithinResize
 
-    def __init__(self, root: str = "data/imagenet/val", resize: int = 256, crop: int = 224):
-        if crop > resize:
-            raise ValueError(f"crop={crop} must not exceed resize={resize}")
+    def __init__(
+        self,
+        # the labels are the class folders' names, which the folder digest holds: no index
+        root: Annotated[InputDir(), Field(
+            description="ILSVRC2012 validation folder with one sub-folder of images per class",
+        )] = "data/imagenet/val",
+        resize: Annotated[int, Field(
+            ge=1, description="short side after resizing (bilinear)")] = 256,
+        crop: Annotated[int, Field(
+            ge=1, description="side of the centre crop fed to the model")] = 224,
+    ):
         self.root = root
         self.resize = resize
         self.crop = crop
@@ -137,7 +147,6 @@ def _class_names(wnids: list[str]) -> list[str]:
 PLUGIN = Plugin(
     "imagenet",
     ImageNetVal,
-    ImageNetParams,
     summary="ILSVRC2012 validation images in ImageFolder layout (split 'val'); resize 256 / "
     "crop 224",
 )

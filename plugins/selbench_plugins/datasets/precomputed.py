@@ -32,11 +32,11 @@ from __future__ import annotations
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
-from pydantic import Field, field_validator, model_validator
-from selbench.api import Dataset, Params, Plugin, SplitData
+from pydantic import AfterValidator, Field
+from selbench.api import Dataset, Plugin, SplitData
 from selbench.data import DataError, ModelOutputs
 from selbench.inputs import InputFile
 
@@ -44,7 +44,6 @@ __all__ = [
     "PLUGIN",
     "MissingOutputsFile",
     "PrecomputedDataset",
-    "PrecomputedParams",
 ]
 
 ROLES = ("labels", "logits", "probabilities", "features", "domain", "split", "class_names")
@@ -145,57 +144,34 @@ def _read_npz(path: Path, keys: dict[str, str]) -> tuple[dict[str, np.ndarray], 
     return arrays, files
 
 
-class PrecomputedParams(Params):
-    path: InputFile = Field(description="the .npz file of model outputs")
-    keys: dict[str, str] = Field(
-        default_factory=dict,
-        description="role -> array name in the file, for names other than the roles "
-        f"({', '.join(ROLES)})",
-    )
-    splits: dict[str, list[str]] | None = Field(
-        None,
-        description="selbench split -> values of the file's 'split' array it takes (default: "
-        "one split per distinct value)",
-    )
-    fractions: dict[str, float] = Field(
-        default_factory=lambda: {"val": 0.5, "test": 0.5},
-        description="without a 'split' array: seeded random partition, split -> fraction",
-    )
-    seed: int = Field(0, ge=0, description="seed of the random partition")
+def _known_roles(v: dict[str, str]) -> dict[str, str]:
+    bad = sorted(set(v) - set(ROLES))
+    if bad:
+        raise ValueError(f"unknown role(s) {bad}; roles are {', '.join(ROLES)}")
+    return v
 
-    @field_validator("keys")
-    @classmethod
-    def _keys(cls, v: dict[str, str]) -> dict[str, str]:
-        bad = sorted(set(v) - set(ROLES))
-        if bad:
-            raise ValueError(f"unknown role(s) {bad}; roles are {', '.join(ROLES)}")
-        return v
 
-    @field_validator("fractions")
-    @classmethod
-    def _fractions(cls, v: dict[str, float]) -> dict[str, float]:
-        if not v:
-            raise ValueError("at least one split is needed")
-        if any(not (0.0 < f <= 1.0) for f in v.values()):
-            raise ValueError("every fraction must lie in (0, 1]")
-        if sum(v.values()) > 1.0 + 1e-9:
-            raise ValueError(f"fractions sum to {sum(v.values()):g} > 1")
-        return v
+def _partition(v: dict[str, float]) -> dict[str, float]:
+    if not v:
+        raise ValueError("at least one split is needed")
+    if any(not (0.0 < f <= 1.0) for f in v.values()):
+        raise ValueError("every fraction must lie in (0, 1]")
+    if sum(v.values()) > 1.0 + 1e-9:
+        raise ValueError(f"fractions sum to {sum(v.values()):g} > 1")
+    return v
 
-    @model_validator(mode="after")
-    def _splits(self) -> PrecomputedParams:
-        if self.splits is not None:
-            if not self.splits or any(not tags for tags in self.splits.values()):
-                raise ValueError("splits: every split needs at least one tag")
-            seen: dict[str, str] = {}
-            for name, tags in self.splits.items():
-                for t in tags:
-                    if t in seen:
-                        raise ValueError(
-                            f"splits: tag {t!r} is given to both {seen[t]!r} and {name!r}"
-                        )
-                    seen[t] = name
-        return self
+
+def _distinct_tags(v: dict[str, list[str]] | None) -> dict[str, list[str]] | None:
+    if v is not None:
+        if not v or any(not tags for tags in v.values()):
+            raise ValueError("splits: every split needs at least one tag")
+        seen: dict[str, str] = {}
+        for name, tags in v.items():
+            for t in tags:
+                if t in seen:
+                    raise ValueError(f"splits: tag {t!r} is given to both {seen[t]!r} and {name!r}")
+                seen[t] = name
+    return v
 
 
 class PrecomputedDataset(Dataset):
@@ -203,25 +179,30 @@ class PrecomputedDataset(Dataset):
     domain, split tags); each split's inputs are ready :class:`ModelOutputs`."""
 
     input_kind = "model-outputs"
+    #: the ``splits`` parameter is kept as ``splits_map`` (``splits()`` lists the splits)
+    param_attributes = {"splits": "splits_map"}
 
     def __init__(
         self,
-        path: str,
-        keys: dict[str, str] | None = None,
-        splits: dict[str, list[str]] | None = None,
-        fractions: dict[str, float] | None = None,
-        seed: int = 0,
+        path: Annotated[InputFile, Field(description="the .npz file of model outputs")],
+        keys: Annotated[dict[str, str], AfterValidator(_known_roles), Field(
+            description="role -> array name in the file, for names other than the roles "
+            f"({', '.join(ROLES)})",
+        )] = {},  # noqa: B006 - never mutated; pydantic copies it for every spec
+        splits: Annotated[dict[str, list[str]] | None, AfterValidator(_distinct_tags), Field(
+            description="selbench split -> values of the file's 'split' array it takes "
+            "(default: one split per distinct value)",
+        )] = None,
+        fractions: Annotated[dict[str, float], AfterValidator(_partition), Field(
+            description="without a 'split' array: seeded random partition, split -> fraction",
+        )] = {"val": 0.5, "test": 0.5},  # noqa: B006 - never mutated, as keys
+        seed: Annotated[int, Field(ge=0, description="seed of the random partition")] = 0,
     ):
-        params = PrecomputedParams(
-            path=path, keys=keys or {}, splits=splits,
-            fractions=fractions if fractions is not None else {"val": 0.5, "test": 0.5},
-            seed=seed,
-        )  # fmt: skip
-        self.path = params.path
-        self.keys = dict(params.keys)
-        self.splits_map = None if params.splits is None else dict(params.splits)
-        self.fractions = dict(params.fractions)
-        self.seed = params.seed
+        self.path = path
+        self.keys = keys
+        self.splits_map = splits
+        self.fractions = fractions
+        self.seed = seed
         self._loaded: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ reading
@@ -412,7 +393,6 @@ def _role_message(exc: Exception, names: dict[str, str]) -> str:
 PLUGIN = Plugin(
     "precomputed",
     PrecomputedDataset,
-    PrecomputedParams,
     summary="your own model outputs from an .npz (labels + logits or probabilities, optional "
     "features / domain / split tags)",
 )

@@ -53,43 +53,24 @@ selection plus a temperature fitted on the accepted part of ``val`` (``T ≈ T0`
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 from selbench.api import Dataset, Params, Plugin, SplitData
 
-__all__ = ["PLUGIN", "TheoryMixture", "TheoryMixtureParams"]
+__all__ = ["PLUGIN", "TheoryMixture"]
 
 _SPLIT_OFFSETS = {"train": 0, "val": 1, "test": 2}
 #: proposals per accepted sample above which rejection sampling is refused
 _MAX_PROPOSALS_PER_SAMPLE = 2_000
 
 
-class TheoryMixtureParams(Params):
-    dim: int = Field(2, ge=1, description="dimension p of x")
-    theta_norm: float = Field(2.0, gt=0, description="‖θ*‖, the norm of the class-mean vector")
-    theta_direction: Literal["e1", "random"] = Field(
-        "e1", description="θ* = theta_norm·e1, or theta_norm times a seeded random unit vector"
-    )
-    sigma: float = Field(2.0, gt=0, description="standard deviation σ of both components")
-    alpha: float = Field(
-        0.45, gt=0, description="outlier scale α: J2 is centred at −y·α·θ* (the paper uses α<1/2)"
-    )
-    r1: float = Field(0.5, gt=0, description="radius of the balls ±θ* truncating J1")
-    r2: float = Field(0.5, gt=0, description="radius of the balls ±αθ* truncating J2")
-    mix: float = Field(
-        0.8, ge=0, le=1, description="β: probability of the main component J1 (z = 1)"
-    )
-    train_size: int = Field(
-        10_000, ge=2, description="m: size of the unperturbed pretraining split 'train'"
-    )
-    val_size: int = Field(2_000, ge=1, description="size of the 'val' (fitting) split")
-    test_size: int = Field(10_000, ge=1, description="size of the 'test' (evaluation) split")
-    seed: int = Field(0, ge=0, description="seed of θ*'s direction and of every split")
+class _DisjointSupports(Params):
+    """The four balls of Definition 1 must be disjoint."""
 
     @model_validator(mode="after")
-    def _disjoint_supports(self) -> TheoryMixtureParams:
+    def _disjoint_supports(self) -> _DisjointSupports:
         n, a = self.theta_norm, self.alpha
         if 2 * n <= 2 * self.r1:
             raise ValueError(
@@ -122,21 +103,35 @@ class TheoryMixture(Dataset):
 
     num_classes = 2
     input_kind = "vectors"  # float32 [N, dim]
+    params_base = _DisjointSupports
 
     def __init__(
         self,
-        dim: int = 2,
-        theta_norm: float = 2.0,
-        theta_direction: str = "e1",
-        sigma: float = 2.0,
-        alpha: float = 0.45,
-        r1: float = 0.5,
-        r2: float = 0.5,
-        mix: float = 0.8,
-        train_size: int = 10_000,
-        val_size: int = 2_000,
-        test_size: int = 10_000,
-        seed: int = 0,
+        dim: Annotated[int, Field(ge=1, description="dimension p of x")] = 2,
+        theta_norm: Annotated[float, Field(
+            gt=0, description="‖θ*‖, the norm of the class-mean vector")] = 2.0,
+        theta_direction: Annotated[Literal["e1", "random"], Field(
+            description="θ* = theta_norm·e1, or theta_norm times a seeded random unit vector",
+        )] = "e1",
+        sigma: Annotated[float, Field(
+            gt=0, description="standard deviation σ of both components")] = 2.0,
+        alpha: Annotated[float, Field(
+            gt=0, description="outlier scale α: J2 is centred at −y·α·θ* (the paper uses α<1/2)",
+        )] = 0.45,
+        r1: Annotated[float, Field(
+            gt=0, description="radius of the balls ±θ* truncating J1")] = 0.5,
+        r2: Annotated[float, Field(
+            gt=0, description="radius of the balls ±αθ* truncating J2")] = 0.5,
+        mix: Annotated[float, Field(
+            ge=0, le=1, description="β: probability of the main component J1 (z = 1)")] = 0.8,
+        train_size: Annotated[int, Field(
+            ge=2, description="m: size of the unperturbed pretraining split 'train'")] = 10_000,
+        val_size: Annotated[int, Field(
+            ge=1, description="size of the 'val' (fitting) split")] = 2_000,
+        test_size: Annotated[int, Field(
+            ge=1, description="size of the 'test' (evaluation) split")] = 10_000,
+        seed: Annotated[int, Field(
+            ge=0, description="seed of θ*'s direction and of every split")] = 0,
     ):
         self.dim = dim
         self.theta_norm = theta_norm
@@ -150,16 +145,14 @@ class TheoryMixture(Dataset):
         self.val_size = val_size
         self.test_size = test_size
         self.seed = seed
-        # validate when built directly rather than through the registry
-        TheoryMixtureParams(
-            dim=dim, theta_norm=theta_norm, theta_direction=theta_direction, sigma=sigma,
-            alpha=alpha, r1=r1, r2=r2, mix=mix, train_size=train_size, val_size=val_size,
-            test_size=test_size, seed=seed,
-        )  # fmt: skip
-        self.theta_star = self._theta_star()
         self._cache: dict[str, SplitData] = {}
 
     # ------------------------------------------------------------------ model
+    @property
+    def theta_star(self) -> np.ndarray:
+        """θ*, the class-mean vector: ``theta_norm`` times e1 or a seeded random direction."""
+        return self._theta_star()
+
     def _theta_star(self) -> np.ndarray:
         if self.theta_direction == "e1":
             u = np.zeros(self.dim)
@@ -287,6 +280,5 @@ def _sigmoid(t: np.ndarray) -> np.ndarray:
 PLUGIN = Plugin(
     "theory-mixture",
     TheoryMixture,
-    TheoryMixtureParams,
     summary="The paper's perturbed truncated Gaussian mixture (Section 5): J1 main + J2 outliers",
 )

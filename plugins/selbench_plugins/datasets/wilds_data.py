@@ -14,7 +14,7 @@ names, or under names of your choosing through ``splits`` (``{selbench name: WIL
   experiments, 34,432 images — evaluation, accuracy ≈ 27%) and ``id_test``.
 
 Items are uint8 ``[3, H, W]`` tensors at the native resolution; the WILDS backbones apply
-WILDS' own input normalisation on the device (see :mod:`selbench_plugins.backbones.wilds_nets`).
+WILDS' own input normalisation on the device (the ``wilds-*`` backbones).
 Nothing is downloaded unless ``download: true``; missing data is a ``FileNotFoundError``
 saying where to get it.
 """
@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 from selbench.api import Dataset, Params, Plugin, SplitData
 from selbench.inputs import InputDir
 from selbench.vision import ImageItems, require
 
-__all__ = ["PLUGINS", "Camelyon17", "RxRx1", "WildsImageDataset", "WildsParams"]
+__all__ = ["PLUGINS", "Camelyon17", "RxRx1", "WildsImageDataset"]
 
 VERSION = "1.0"
 
@@ -56,26 +56,26 @@ def _import_wilds(what: str) -> Any:
 _ABSENT = object()
 
 
-class WildsParams(Params):
-    # metadata.csv holds the labels, splits and domains: hashed by content, like the release
-    # marker; the images enter the digest by name and size. download: true may create it.
-    root_dir: InputDir(metadata=("metadata.csv", "RELEASE_v*.txt"), must_exist=False) = Field(
-        "data/wilds",
-        description="folder holding the WILDS release folders (<dataset>_v1.0/)",
-    )
-    download: bool = Field(
-        False,
-        description="let the wilds package download the dataset into root_dir if it is "
-        "missing (Camelyon17 ≈ 10.7 GB, RxRx1 ≈ 7.4 GB); off by default",
-    )
-    splits: dict[str, str] | None = Field(
-        None,
-        description="{selbench split name: WILDS split name}; default: every official "
-        "split under its WILDS name",
-    )
-    split_scheme: Literal["official", "mixed-to-test"] = Field(
-        "official", description="WILDS split scheme"
-    )
+def _wilds_split_names(official: tuple[str, ...], scheme: str) -> tuple[str, ...]:
+    return ("train", "val", "test") if scheme == "mixed-to-test" else official
+
+
+def _known_splits(display: str, official: tuple[str, ...]) -> type[Params]:
+    """Validators of a WILDS dataset: ``splits`` must map to its WILDS split names."""
+
+    class _KnownSplits(Params):
+        @model_validator(mode="after")
+        def _known(self):
+            names = _wilds_split_names(official, self.split_scheme)
+            bad = sorted(set((self.splits or {}).values()) - set(names))
+            if bad:
+                raise ValueError(
+                    f"splits: unknown {display} split(s) {bad}; WILDS names are "
+                    f"{', '.join(names)}"
+                )
+            return self
+
+    return _KnownSplits
 
 
 class _WildsInput:
@@ -105,35 +105,43 @@ class WildsImageDataset(Dataset):
     #: metadata field used as the domain
     domain_field: str = ""
 
+    #: the ``splits`` parameter is kept as ``splits_map`` (``splits()`` lists the splits)
+    param_attributes = {"splits": "splits_map"}
+
     def __init__(
         self,
-        root_dir: str = "data/wilds",
-        download: bool = False,
-        splits: dict[str, str] | None = None,
-        split_scheme: str = "official",
+        # metadata.csv holds the labels, splits and domains: hashed by content, like the
+        # release marker; the images enter the digest by name and size. download: true may
+        # create the folder.
+        root_dir: Annotated[InputDir(metadata=("metadata.csv", "RELEASE_v*.txt"),
+                                     must_exist=False), Field(
+            description="folder holding the WILDS release folders (<dataset>_v1.0/)",
+        )] = "data/wilds",
+        download: Annotated[bool, Field(
+            description="let the wilds package download the dataset into root_dir if it is "
+            "missing (Camelyon17 ≈ 10.7 GB, RxRx1 ≈ 7.4 GB); off by default",
+        )] = False,
+        splits: Annotated[dict[str, str] | None, Field(
+            description="{selbench split name: WILDS split name}; default: every official "
+            "split under its WILDS name",
+        )] = None,
+        split_scheme: Annotated[Literal["official", "mixed-to-test"], Field(
+            description="WILDS split scheme")] = "official",
     ):
         self.root_dir = root_dir
         self.download = download
-        self.splits_map = dict(splits) if splits else None
+        self.splits_map = splits
         self.split_scheme = split_scheme
-        if self.splits_map is not None:
-            bad = sorted(set(self.splits_map.values()) - set(self._wilds_splits()))
-            if bad:
-                raise ValueError(
-                    f"splits: unknown {self.display} split(s) {bad}; WILDS names are "
-                    f"{', '.join(self._wilds_splits())}"
-                )
         self._ds: Any = None
         self._cache: dict[str, SplitData] = {}
 
+
     # ------------------------------------------------------------------ names
     def _wilds_splits(self) -> tuple[str, ...]:
-        if self.split_scheme == "mixed-to-test":
-            return ("train", "val", "test")
-        return self.official_splits
+        return _wilds_split_names(self.official_splits, self.split_scheme)
 
     def splits(self) -> list[str]:
-        if self.splits_map is not None:
+        if self.splits_map:
             return list(self.splits_map)
         return list(self._wilds_splits())
 
@@ -179,7 +187,7 @@ class WildsImageDataset(Dataset):
         available = self.splits()
         if name not in available:
             raise KeyError(f"{self.display}: no split {name!r}; available: {', '.join(available)}")
-        wname = self.splits_map[name] if self.splits_map is not None else name
+        wname = self.splits_map[name] if self.splits_map else name
         ds = self.wilds_dataset()
         split_array = np.asarray(ds.split_array)
         indices = np.flatnonzero(split_array == ds.split_dict[wname])
@@ -213,6 +221,7 @@ class Camelyon17(WildsImageDataset):
     display = "Camelyon17-WILDS"
     download_size = "10.7 GB"
     official_splits = ("train", "id_val", "val", "test")
+    params_base = _known_splits(display, official_splits)
     domain_field = "hospital"
     num_classes = 2
 
@@ -229,6 +238,7 @@ class RxRx1(WildsImageDataset):
     display = "RxRx1-WILDS"
     download_size = "7.4 GB"
     official_splits = ("train", "val", "test", "id_test")
+    params_base = _known_splits(display, official_splits)
     domain_field = "experiment"
 
     @property
@@ -250,14 +260,12 @@ PLUGINS = [
     Plugin(
         "camelyon17",
         Camelyon17,
-        WildsParams,
         summary="Camelyon17-WILDS histopathology patches (2 classes), domain = hospital; "
         "needs the wilds release on disk",
     ),
     Plugin(
         "rxrx1",
         RxRx1,
-        WildsParams,
         summary="RxRx1-WILDS cell microscopy (1,139 siRNAs), domain = experiment batch; "
         "needs the wilds release on disk",
     ),

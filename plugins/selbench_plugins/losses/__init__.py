@@ -1,18 +1,20 @@
 """Built-in losses: selection losses ``s-tlbce``, ``s-mce``, ``s-mmce`` (named by a
 method's ``loss``) and coverage losses ``quadratic``, ``log-coverage`` (named by its
 ``coverage``). All are torch callables, differentiable in ĝ and in the recalibrated
-confidence; the training scheme minimises ``loss(ĝ, ĥ, y^c, ...) + coverage(ĝ, β)``.
+confidence; the training scheme minimises ``loss(ĝ, ĥ, y^c, ...) + coverage(ĝ, β)``. Each
+class implements the batched-training protocol (``batched``, see
+:meth:`selbench.api.SelectionLoss.batched` and :meth:`selbench.api.CoverageLoss.batched`).
 """
 
 from selbench.api import Plugin
 
-from .coverage import LogCoverage, LogCoverageParams, QuadraticCoverage, QuadraticCoverageParams
-from .selection import SMCE, SMMCE, STLBCE, SelectionLossParams, SMMCEParams
+from .coverage import LogCoverage, QuadraticCoverage
+from .selection import SMCE, SMMCE, STLBCE
 
 PLUGINS: list[Plugin] = [
-    Plugin("s-tlbce", STLBCE, SelectionLossParams),
-    Plugin("s-mce", SMCE, SelectionLossParams),
-    Plugin("s-mmce", SMMCE, SMMCEParams),
-    Plugin("quadratic", QuadraticCoverage, QuadraticCoverageParams),
-    Plugin("log-coverage", LogCoverage, LogCoverageParams),
+    Plugin("s-tlbce", STLBCE),
+    Plugin("s-mce", SMCE),
+    Plugin("s-mmce", SMMCE),
+    Plugin("quadratic", QuadraticCoverage),
+    Plugin("log-coverage", LogCoverage),
 ]

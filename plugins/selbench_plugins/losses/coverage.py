@@ -3,24 +3,11 @@ al., 2022)."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from pydantic import Field
-from selbench.api import CoverageLoss, Params
-
-
-class QuadraticCoverageParams(Params):
-    lam: float = Field(
-        32.0,
-        ge=0,
-        description="weight λ; the paper uses 32 in-distribution (after Geifman & El-Yaniv "
-        "2019) and 8 under distribution shift",
-    )
-
-
-class LogCoverageParams(Params):
-    lam: float = Field(
-        1e-2, ge=0, description="weight λ; 1e-2 is the default of Fisch et al.'s code"
-    )
+from selbench.api import CoverageLoss
 
 
 def _with_lam(lams: list[float], body):
@@ -44,15 +31,20 @@ class QuadraticCoverage(CoverageLoss):
     the training coverage the scheme passes (``FitContext.beta``).
     """
 
-    def __init__(self, lam: float = 32.0) -> None:
-        QuadraticCoverageParams(lam=lam)
+    def __init__(
+        self,
+        lam: Annotated[float, Field(
+            ge=0, description="weight λ; the paper uses 32 in-distribution (after Geifman & "
+            "El-Yaniv 2019) and 8 under distribution shift",
+        )] = 32.0,
+    ) -> None:
         self.lam = lam
 
     def __call__(self, g: torch.Tensor, beta: float) -> torch.Tensor:
         return self.lam * (float(beta) - g.mean()) ** 2
 
     @classmethod
-    def batched(cls, losses: list[CoverageLoss]):
+    def batched(cls, losses):
         """The coverage loss of R replicas at once: ``fn(g [R, B], beta [R]) -> [R]``, where
         replica ``r`` has its own λ (``losses[r].lam``) and β; ``None`` if any of
         ``losses`` is not of this class."""
@@ -71,15 +63,18 @@ class LogCoverage(CoverageLoss):
     ``quadratic`` and sensitive to λ. ĝ is clamped at 1e-8 inside the log.
     """
 
-    def __init__(self, lam: float = 1e-2) -> None:
-        LogCoverageParams(lam=lam)
+    def __init__(
+        self,
+        lam: Annotated[float, Field(
+            ge=0, description="weight λ; 1e-2 is the default of Fisch et al.'s code")] = 1e-2,
+    ) -> None:
         self.lam = lam
 
     def __call__(self, g: torch.Tensor, beta: float) -> torch.Tensor:
         return self.lam * (-torch.log(g.clamp(1e-8, 1.0))).mean()
 
     @classmethod
-    def batched(cls, losses: list[CoverageLoss]):
+    def batched(cls, losses):
         """The loss of R replicas at once: ``fn(g [R, B], beta [R]) -> [R]`` (β unused),
         replica ``r`` with its own λ; ``None`` if any of ``losses`` is not of this class."""
         if any(type(loss) is not cls for loss in losses):

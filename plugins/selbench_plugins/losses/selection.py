@@ -10,32 +10,20 @@ default) drops it, ``normalize=True`` keeps it.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 from pydantic import Field
-from selbench.api import Params, SelectionLoss
+from selbench.api import SelectionLoss
 
 #: smallest mean ĝ used as the denominator when ``normalize`` is on
 MIN_COVERAGE = 1e-8
 
-
-class SelectionLossParams(Params):
-    normalize: bool = Field(
-        False,
-        description="divide by the batch's mean ĝ (the paper's L_sel); Appendix A drops it "
-        "in training, which is the default",
-    )
-
-
-class SMMCEParams(SelectionLossParams):
-    q: Literal[1, 2] = Field(2, description="the power q of S-MMCE (1 or 2)")
-    width: float = Field(
-        0.2,
-        gt=0,
-        description="Laplacian kernel width: 0.2 as in Fisch et al.'s S-MMCE code "
-        "(Kumar et al. 2018's MMCE uses 0.4)",
-    )
+#: the ``normalize`` parameter every selection loss takes
+Normalize = Annotated[bool, Field(
+    description="divide by the batch's mean ĝ (the paper's L_sel); Appendix A drops it "
+    "in training, which is the default",
+)]
 
 
 def _check(g: torch.Tensor, confidence: torch.Tensor, correct: torch.Tensor) -> None:
@@ -52,7 +40,7 @@ def _check(g: torch.Tensor, confidence: torch.Tensor, correct: torch.Tensor) -> 
 
 
 class _Base(SelectionLoss):
-    def __init__(self, normalize: bool = False) -> None:
+    def __init__(self, normalize: Normalize = False) -> None:
         self.normalize = normalize
 
     def _finish(self, loss: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -61,18 +49,13 @@ class _Base(SelectionLoss):
         return loss
 
     @classmethod
-    def batched(cls, losses: list[SelectionLoss]):
-        """The loss of R replicas at once, or ``None`` when they cannot share one call.
-
-        ``losses`` are the replicas' loss objects (all of this class, equal parameters).
-        Returns ``fn(g, confidence, correct, label_log_prob) -> [R]``, the per-replica
-        losses, for ``[R, B]`` tensors; ``label_log_prob`` is the recalibrated
-        log-probability of each example's label (``None`` unless ``needs_log_probs``),
-        which is all S-MCE reads of the log-probability vector. Replica ``r``'s value is
-        what ``losses[r](g[r], confidence[r], correct[r], ...)`` returns, to float rounding.
-        """
-        params = {tuple(sorted(vars(loss).items())) for loss in losses}
-        if len(params) != 1 or any(type(loss) is not cls for loss in losses):
+    def batched(cls, losses):
+        """The loss of R replicas at once (see :meth:`selbench.api.SelectionLoss.batched`),
+        or ``None`` unless the replicas are all of this class with equal parameters."""
+        if any(type(loss) is not cls for loss in losses):
+            return None
+        params = {tuple(sorted(loss.get_params(deep=False).items())) for loss in losses}
+        if len(params) != 1:
             return None
         return losses[0]._batched
 
@@ -90,10 +73,6 @@ class STLBCE(_Base):
     are clamped at -100 (as ``torch.nn.functional.binary_cross_entropy``), so confidences
     of exactly 0 or 1 give finite values and gradients.
     """
-
-    def __init__(self, normalize: bool = False) -> None:
-        SelectionLossParams(normalize=normalize)
-        super().__init__(normalize)
 
     def __call__(self, g, confidence, correct, log_probs=None, labels=None):
         _check(g, confidence, correct)
@@ -117,10 +96,6 @@ class SMCE(_Base):
     """
 
     needs_log_probs = True
-
-    def __init__(self, normalize: bool = False) -> None:
-        SelectionLossParams(normalize=normalize)
-        super().__init__(normalize)
 
     def __call__(self, g, confidence, correct, log_probs=None, labels=None):
         _check(g, confidence, correct)
@@ -157,8 +132,15 @@ class SMMCE(_Base):
     before the 1/q power, so the gradient stays finite when every term vanishes.
     """
 
-    def __init__(self, normalize: bool = False, q: int = 2, width: float = 0.2) -> None:
-        SMMCEParams(normalize=normalize, q=q, width=width)
+    def __init__(
+        self,
+        normalize: Normalize = False,
+        q: Annotated[Literal[1, 2], Field(description="the power q of S-MMCE (1 or 2)")] = 2,
+        width: Annotated[float, Field(
+            gt=0, description="Laplacian kernel width: 0.2 as in Fisch et al.'s S-MMCE code "
+            "(Kumar et al. 2018's MMCE uses 0.4)",
+        )] = 0.2,
+    ) -> None:
         super().__init__(normalize)
         self.q = q
         self.width = width

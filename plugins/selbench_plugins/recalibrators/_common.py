@@ -18,14 +18,12 @@ def fit_once_per_data(recalibrators: Sequence[Any], outputs: Sequence[ModelOutpu
     """``recalibrators[i].fit(outputs[i], contexts[i])`` for recalibrators whose fit is a
     deterministic function of their parameters and the data alone (it reads neither the seed
     nor β): equal parameters on equal logits and labels (the training β's of one seed, in a
-    leaderboard) are fitted once and the learned attributes (``*_``) deep-copied."""
-    def params(rec: Any) -> dict:
-        return {k: v for k, v in vars(rec).items() if not k.endswith("_")}
-
+    leaderboard) are fitted once and the learned attributes (``*_``) deep-copied; the
+    recalibrators' :meth:`~selbench.api.Recalibrator.fit_many`."""
     groups = equal_groups(
         [0] * len(recalibrators),
         lambda a, b: type(recalibrators[a]) is type(recalibrators[b])
-        and params(recalibrators[a]) == params(recalibrators[b])
+        and recalibrators[a].get_params(deep=False) == recalibrators[b].get_params(deep=False)
         and np.array_equal(outputs[a].logits, outputs[b].logits)
         and np.array_equal(outputs[a].labels, outputs[b].labels),
     )

@@ -3,30 +3,19 @@ recalibrators whose output takes at most ``n_bins`` values."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import numpy as np
 from pydantic import Field
-from selbench.api import FitContext, Params, Recalibrator
+from selbench.api import FitContext, Recalibrator
 from selbench.checks import NotFittedError, check_outputs
 from selbench.data import ModelOutputs
 
 from ._common import bin_means, equal_mass_edges, lookup_bins
 from .platt import Mode, PlattScaling, platt_inputs, platt_probability
 
-
-class HistogramBinningParams(Params):
-    n_bins: int = Field(15, ge=1, description="number of equal-mass bins")
-
-
-class PlattBinningParams(Params):
-    n_bins: int = Field(15, ge=1, description="number of equal-mass bins")
-    mode: Mode = Field("auto", description="Platt mode of the scaling step (see platt)")
-    split: bool = Field(
-        False,
-        description="False (default): fit Platt scaling and the bins on all the fitting "
-        "data, as Kumar et al.'s PlattBinnerTopCalibrator (the paper's library); True: fit "
-        "Platt on a seeded random half and the bins on the other half (the sample-split "
-        "variant of Kumar et al., 2019, Alg. 1)",
-    )
+#: the ``n_bins`` parameter of both binning recalibrators
+NBins = Annotated[int, Field(ge=1, description="number of equal-mass bins")]
 
 
 class HistogramBinning(Recalibrator):
@@ -42,8 +31,7 @@ class HistogramBinning(Recalibrator):
 
     usable_unfitted = False
 
-    def __init__(self, n_bins: int = 15) -> None:
-        HistogramBinningParams(n_bins=n_bins)
+    def __init__(self, n_bins: NBins = 15) -> None:
         self.n_bins = n_bins
 
     def fit(self, outputs: ModelOutputs, context: FitContext) -> HistogramBinning:
@@ -89,8 +77,18 @@ class PlattBinning(Recalibrator):
 
     usable_unfitted = False
 
-    def __init__(self, n_bins: int = 15, mode: Mode = "auto", split: bool = False) -> None:
-        PlattBinningParams(n_bins=n_bins, mode=mode, split=split)
+    def __init__(
+        self,
+        n_bins: NBins = 15,
+        mode: Annotated[Mode, Field(
+            description="Platt mode of the scaling step (see platt)")] = "auto",
+        split: Annotated[bool, Field(
+            description="False (default): fit Platt scaling and the bins on all the fitting "
+            "data, as Kumar et al.'s PlattBinnerTopCalibrator (the paper's library); True: "
+            "fit Platt on a seeded random half and the bins on the other half (the "
+            "sample-split variant of Kumar et al., 2019, Alg. 1)",
+        )] = False,
+    ) -> None:
         self.n_bins = n_bins
         self.mode = mode
         self.split = split

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from selbench.api import FitContext, NoParams, Recalibrator
+from selbench.api import DifferentiableRecalibrator, FitContext
 from selbench.checks import check_outputs
 from selbench.data import ModelOutputs
 
@@ -17,19 +17,15 @@ class IdentityModule(torch.nn.Module):
         return log_probs.max(dim=-1).values.exp(), log_probs
 
 
-class IdentityRecalibrator(Recalibrator):
+class IdentityRecalibrator(DifferentiableRecalibrator):
     """No recalibration: the confidence is the model's maximum softmax probability.
 
     Differentiable with no parameters, so the selection-only scheme can train a selector
     through its module; ``fit`` only checks its input. Usable without fitting.
     """
 
-    differentiable = True
     provides_log_probs = True
     usable_unfitted = True
-
-    def __init__(self) -> None:
-        NoParams()
 
     def fit(self, outputs: ModelOutputs, context: FitContext) -> IdentityRecalibrator:
         check_outputs(outputs, "recalibrator 'none'", min_rows=1)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from typing import Annotated
 
 import numpy as np
 import torch
 from pydantic import Field
-from selbench.api import FitContext, Params, Recalibrator
+from selbench.api import DifferentiableRecalibrator, FitContext
 from selbench.checks import NotFittedError, check_outputs
 from selbench.data import ModelOutputs
 from selbench.torchutils import (
@@ -26,17 +27,6 @@ from selbench.torchutils import (
     take_rows,
     to_tensor,
 )
-
-
-class MLPRecalibratorParams(Params):
-    hidden: list[int] = Field(
-        default_factory=lambda: [128, 128],
-        description="hidden layer widths (ReLU); the paper's comparison uses [128, 128]",
-    )
-    epochs: int = Field(1000, ge=0, description="passes over the fitting data")
-    lr: float = Field(5e-4, gt=0, description="Adam learning rate")
-    batch_size: int = Field(100, ge=1, description="mini-batch size")
-    weight_decay: float = Field(0.0, ge=0, description="Adam weight decay")
 
 
 class MLPRecalibratorNet(torch.nn.Module):
@@ -91,7 +81,7 @@ def _same_data(a: ModelOutputs, b: ModelOutputs) -> bool:
     return np.array_equal(a.features, b.features) and np.array_equal(a.correct(), b.correct())
 
 
-class MLPRecalibrator(Recalibrator):
+class MLPRecalibrator(DifferentiableRecalibrator):
     """MLP recalibrator: confidence = sigmoid(MLP(features)), fitted by BCE on correctness.
 
     The paper's control for the selector's extra parameters: a recalibrator with the
@@ -101,22 +91,19 @@ class MLPRecalibrator(Recalibrator):
     the module is returned to the CPU afterwards. Learned state: ``module_``.
     """
 
-    differentiable = True
     provides_log_probs = False  # its module returns (confidence, None)
     usable_unfitted = False
 
     def __init__(
         self,
-        hidden: list[int] | None = None,
-        epochs: int = 1000,
-        lr: float = 5e-4,
-        batch_size: int = 100,
-        weight_decay: float = 0.0,
+        hidden: Annotated[list[int], Field(
+            description="hidden layer widths (ReLU); the paper's comparison uses [128, 128]",
+        )] = [128, 128],  # noqa: B006 - parameters are never mutated
+        epochs: Annotated[int, Field(ge=0, description="passes over the fitting data")] = 1000,
+        lr: Annotated[float, Field(gt=0, description="Adam learning rate")] = 5e-4,
+        batch_size: Annotated[int, Field(ge=1, description="mini-batch size")] = 100,
+        weight_decay: Annotated[float, Field(ge=0, description="Adam weight decay")] = 0.0,
     ) -> None:
-        hidden = [128, 128] if hidden is None else list(hidden)
-        MLPRecalibratorParams(
-            hidden=hidden, epochs=epochs, lr=lr, batch_size=batch_size, weight_decay=weight_decay
-        )
         self.hidden = hidden
         self.epochs = epochs
         self.lr = lr

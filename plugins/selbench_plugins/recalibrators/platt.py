@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
 from pydantic import Field
-from selbench.api import FitContext, Params, Recalibrator
+from selbench.api import DifferentiableRecalibrator, FitContext
 from selbench.checks import NotFittedError, check_outputs
 from selbench.data import ModelOutputs
 from selbench.torchutils import EVAL_CHUNK, device_of, run_module
@@ -20,13 +20,11 @@ LOGIT_CLIP = math.log((1 - 1e-12) / 1e-12)
 
 Mode = Literal["auto", "binary", "top-label"]
 
-
-class PlattParams(Params):
-    mode: Mode = Field(
-        "auto",
-        description="binary: regress the label on logit p(class 1) (K=2 only); top-label: "
-        "regress correctness on logit(max prob); auto: binary when K=2, else top-label",
-    )
+#: the ``mode`` parameter of ``platt``
+PlattMode = Annotated[Mode, Field(
+    description="binary: regress the label on logit p(class 1) (K=2 only); top-label: "
+    "regress correctness on logit(max prob); auto: binary when K=2, else top-label",
+)]
 
 
 def platt_inputs(logits: np.ndarray, mode: str) -> np.ndarray:
@@ -266,7 +264,7 @@ class BatchedPlatt(torch.nn.Module):
             module.bias.copy_(b)
 
 
-class PlattScaling(Recalibrator):
+class PlattScaling(DifferentiableRecalibrator):
     """Platt scaling: a 1-D logistic regression on the logit of a probability.
 
     Binary mode (K=2) regresses the label on logit p(class 1) (Kumar et al.'s
@@ -284,12 +282,10 @@ class PlattScaling(Recalibrator):
     place. See :class:`PlattModule` for the log-probability vector.
     """
 
-    differentiable = True
     provides_log_probs = True
     usable_unfitted = False
 
-    def __init__(self, mode: Mode = "auto") -> None:
-        PlattParams(mode=mode)
+    def __init__(self, mode: PlattMode = "auto") -> None:
         self.mode = mode
 
     def _resolve_mode(self, k: int) -> str:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import numpy as np
 import torch
-from pydantic import Field
-from selbench.api import FitContext, Params, Recalibrator
+from pydantic import Field, model_validator
+from selbench.api import DifferentiableRecalibrator, FitContext, Params
 from selbench.checks import NotFittedError, check_outputs
 from selbench.data import ModelOutputs
 from selbench.torchutils import run_module
@@ -15,13 +16,14 @@ from selbench.torchutils import run_module
 from ._common import fit_once_per_data
 
 
-class TemperatureParams(Params):
-    min_temperature: float = Field(
-        1e-3, gt=0, description="lower bound of the fitted temperature T"
-    )
-    max_temperature: float = Field(
-        1e3, gt=0, description="upper bound of the fitted temperature T"
-    )
+class _TemperatureBounds(Params):
+    """``min_temperature < max_temperature``."""
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.min_temperature >= self.max_temperature:
+            raise ValueError("min_temperature must be smaller than max_temperature")
+        return self
 
 
 class TemperatureModule(torch.nn.Module):
@@ -172,7 +174,7 @@ def fit_temperature(
     return float(1.0 / b)
 
 
-class TemperatureScaling(Recalibrator):
+class TemperatureScaling(DifferentiableRecalibrator):
     """Temperature scaling: softmax(z / T) with T at the exact optimum of the NLL.
 
     ``fit`` minimises the mean multi-class cross entropy (negative log-likelihood) of the
@@ -182,14 +184,17 @@ class TemperatureScaling(Recalibrator):
     module, which joint training updates in place. The prediction never changes.
     """
 
-    differentiable = True
     provides_log_probs = True
     usable_unfitted = False
+    params_base = _TemperatureBounds
 
-    def __init__(self, min_temperature: float = 1e-3, max_temperature: float = 1e3) -> None:
-        TemperatureParams(min_temperature=min_temperature, max_temperature=max_temperature)
-        if min_temperature >= max_temperature:
-            raise ValueError("min_temperature must be smaller than max_temperature")
+    def __init__(
+        self,
+        min_temperature: Annotated[float, Field(
+            gt=0, description="lower bound of the fitted temperature T")] = 1e-3,
+        max_temperature: Annotated[float, Field(
+            gt=0, description="upper bound of the fitted temperature T")] = 1e3,
+    ) -> None:
         self.min_temperature = min_temperature
         self.max_temperature = max_temperature
 

@@ -5,18 +5,19 @@
 * ``sequential`` — fit h, freeze it, train g;
 * ``joint`` — fit h, then train g and h together (selective recalibration).
 
-The three training schemes share :class:`~selbench_plugins.schemes.training.TrainingParams`
-(Appendix A of the paper); see :mod:`selbench_plugins.schemes.training` for the loop.
+The three training schemes share their hyperparameters (Appendix A of the paper); see
+:mod:`selbench_plugins.schemes.training` for the loop and :mod:`.batched` for the batched
+training of many replicas.
 """
 
 from selbench.api import Plugin
 
-from .recalibration import RecalibrationParams, RecalibrationScheme
-from .training import JointScheme, SelectionScheme, SequentialScheme, TrainingParams
+from .recalibration import RecalibrationScheme
+from .training import JointScheme, SelectionScheme, SequentialScheme
 
 PLUGINS: list[Plugin] = [
-    Plugin("recalibration", RecalibrationScheme, RecalibrationParams),
-    Plugin("selection", SelectionScheme, TrainingParams),
-    Plugin("sequential", SequentialScheme, TrainingParams),
-    Plugin("joint", JointScheme, TrainingParams),
+    Plugin("recalibration", RecalibrationScheme),
+    Plugin("selection", SelectionScheme),
+    Plugin("sequential", SequentialScheme),
+    Plugin("joint", JointScheme),
 ]

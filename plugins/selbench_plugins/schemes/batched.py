@@ -22,19 +22,15 @@ Replicas with the same seed and equal data (the training β's of one seed, in th
 form a *stream*: they read identical mini-batches, so the batch, its noise and the
 selector's first layer are computed once per stream (``x_u @ [W_1 | ... | W_m]``).
 
-**Protocol** (what makes a method batchable; anything else falls back to the solo loop):
-the selector's module class and, for joint training, the recalibrator's module class
-(when it has parameters) define ``stacked(modules, streams, split=1)`` returning a module with
-``write_back(modules)`` (``split`` is a hint for balancing CPU threads that it may
-ignore); the selector's maps ``x [streams, B, d] -> ĝ [R, B]``, the
-recalibrator's has ``uses_features``, ``prepare(logits [U, n, K], features, labels)`` (per
-example tensors computed once) and ``forward(batch, features [U, B, d] | None,
-need_log_prob) -> (confidence [R, B], label log-probability [R, B] | None)``; one whose
-prediction can differ from ``argmax(logits)`` (binary Platt) sets ``changes_prediction``
-and defines ``correct(batch) -> [R, B]``, the correctness of each replica's current
-prediction (``prepare`` then gets the labels). The loss and
-coverage classes define ``batched(losses)`` returning per-replica loss functions (see
-:mod:`selbench_plugins.losses`).
+**Protocol** (what makes a method batchable; anything else falls back to the solo loop): the
+batched-training protocol of :mod:`selbench.api`. The selector's module class and, for joint
+training, the recalibrator's module class (when it has parameters) are
+:class:`~selbench.api.StackableModule` s whose ``stacked`` returns a
+:class:`~selbench.api.StackedSelectorModule` / :class:`~selbench.api.StackedRecalibratorModule`
+(with ``changes_prediction`` and ``correct`` when the prediction can change, binary Platt);
+the loss and coverage classes return per-replica loss functions from their ``batched``
+class methods (:meth:`selbench.api.SelectionLoss.batched`,
+:meth:`selbench.api.CoverageLoss.batched`).
 """
 
 from __future__ import annotations
@@ -45,7 +41,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from selbench.api import FitJob
+from selbench.api import (
+    DifferentiableRecalibrator,
+    FitJob,
+    StackableModule,
+    StackedPredictingModule,
+)
 from selbench.torchutils import (
     balanced_split,
     batched_adam,
@@ -84,7 +85,7 @@ def _prepare(name: str, job: FitJob, train_h: bool, device: torch.device) -> _Re
     g_module = job.selector.init_module(outputs, job.context)
     h_module = None
     if train_h:
-        if not job.recalibrator.differentiable:
+        if not isinstance(job.recalibrator, DifferentiableRecalibrator):
             raise ValueError(
                 f"scheme {name!r} trains h with g and needs a differentiable recalibrator "
                 f"(none, temperature, platt, mlp); {type(job.recalibrator).__name__} is not"
@@ -116,16 +117,17 @@ def _prepare(name: str, job: FitJob, train_h: bool, device: torch.device) -> _Re
 
 
 def _batched_fn(objs: Sequence[Any]) -> Callable | None:
+    """The losses' per-replica function (their class's ``batched``), or None when the
+    replicas' losses are not all of one class or the class does not batch."""
     cls = type(objs[0])
-    make = getattr(cls, "batched", None)
-    if make is None or any(type(o) is not cls for o in objs):
+    if any(type(o) is not cls for o in objs):
         return None
-    return make(list(objs))
+    return cls.batched(list(objs))
 
 
 def _stackable(modules: Sequence[torch.nn.Module]) -> bool:
     cls = type(modules[0])
-    return hasattr(cls, "stacked") and all(type(m) is cls for m in modules)
+    return isinstance(modules[0], StackableModule) and all(type(m) is cls for m in modules)
 
 
 def batchable(reps: Sequence[_Replica]) -> bool:
@@ -169,7 +171,7 @@ def train_many(name: str, params: Any, reps: Sequence[_Replica], *, train_h: boo
     jobs = [r.job for r in reps]
     device = jobs[0].context.torch_device()
     seeds = [int(j.context.seed) for j in jobs]
-    from .training import changes_prediction, recalibrated_correct
+    from .training import recalibrated_correct
 
     trained_h = reps[0].h_module is not None
     need_lp = bool(jobs[0].loss.needs_log_probs)
@@ -213,9 +215,10 @@ def train_many(name: str, params: Any, reps: Sequence[_Replica], *, train_h: boo
         h_net = type(reps[0].h_module).stacked([reps[i].h_module for i in order], streams,
                                                split=split)
         h_net = h_net.to(device)
-        uses_features = bool(getattr(h_net, "uses_features", True))
+        uses_features = bool(h_net.uses_features)
         parameters += list(h_net.parameters())
-        h_predicts = changes_prediction(h_net)
+        h_predicts = (isinstance(h_net, StackedPredictingModule)
+                      and bool(h_net.changes_prediction))
         logits = torch.stack([to_tensor(jobs[i].outputs.logits, device, f32) for i in lead])
         labels = None
         if need_lp or h_predicts:

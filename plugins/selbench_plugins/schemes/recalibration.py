@@ -3,25 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field
-from selbench.api import FitContext, FitJob, Params, Scheme
+from selbench.api import FitContext, FitJob, Scheme, TrainableSelector
 from selbench.checks import check_outputs
 from selbench.data import ModelOutputs
 from selbench.metrics import accept_mask
 
 from .training import TRAINING_SCHEMES, fit_recalibrators
-
-
-class RecalibrationParams(Params):
-    fit_on: Literal["all", "accepted"] = Field(
-        "all",
-        description="all: fit h on every fitting example; accepted: fit h only on the "
-        "examples the selector (fitted on the uncalibrated confidence) accepts at "
-        "coverage beta",
-    )
 
 
 class RecalibrationScheme(Scheme):
@@ -48,13 +39,19 @@ class RecalibrationScheme(Scheme):
 
     selector_must_be_trainable = False
 
-    def __init__(self, fit_on: Literal["all", "accepted"] = "all") -> None:
-        RecalibrationParams(fit_on=fit_on)
+    def __init__(
+        self,
+        fit_on: Annotated[Literal["all", "accepted"], Field(
+            description="all: fit h on every fitting example; accepted: fit h only on the "
+            "examples the selector (fitted on the uncalibrated confidence) accepts at "
+            "coverage beta",
+        )] = "all",
+    ) -> None:
         self.fit_on = fit_on
 
     def _check(self, outputs: ModelOutputs, selector) -> None:
         check_outputs(outputs, "scheme 'recalibration'", min_rows=1)
-        if getattr(selector, "trainable", False):
+        if isinstance(selector, TrainableSelector):
             raise ValueError(
                 f"scheme 'recalibration' only fits non-trainable selectors; "
                 f"{type(selector).__name__} is trained through a loss by the "
@@ -64,8 +61,8 @@ class RecalibrationScheme(Scheme):
 
     def fit_many(self, jobs: Sequence[FitJob]) -> RecalibrationScheme:
         """Fit every job as :meth:`fit` would. With ``fit_on='all'`` the recalibrators are
-        fitted first, those whose class offers ``fit_many`` (the MLP recalibrator) as one
-        batched model; then each selector is fitted on its recalibrated confidence."""
+        fitted first, by their class's ``fit_many`` (the MLP recalibrator's trains them as one
+        batched model); then each selector is fitted on its recalibrated confidence."""
         jobs = list(jobs)
         if self.fit_on != "all":
             return super().fit_many(jobs)

@@ -26,40 +26,28 @@ third-party module or loss without the batched protocol) are trained one by one.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
 from pydantic import Field
 from selbench.api import (
     CoverageLoss,
+    DifferentiableRecalibrator,
     FitContext,
     FitJob,
-    Params,
+    PredictingModule,
     Recalibrator,
     Scheme,
     SelectionLoss,
     Selector,
+    TrainableSelector,
 )
 from selbench.checks import check_outputs
 from selbench.data import ModelOutputs
 from selbench.torchutils import EVAL_CHUNK, cpu_threads, device_of, to_tensor
 
 TRAINING_SCHEMES = ("selection", "sequential", "joint")
-
-
-class TrainingParams(Params):
-    epochs: int = Field(1000, ge=0, description="passes over the fitting data (paper: 1000)")
-    batch_size: int = Field(100, ge=1, description="mini-batch size (paper: 100)")
-    lr: float = Field(5e-4, gt=0, description="Adam learning rate (paper: 5e-4)")
-    weight_decay: float = Field(0.0, ge=0, description="Adam weight decay")
-    noise_std: float = Field(
-        0.0,
-        ge=0,
-        description="std of Gaussian noise added to the selector's (and an MLP "
-        "recalibrator's) input at every step, for robustness under shift (paper, RxRx1: 1)",
-    )
-    optimizer: Literal["adam"] = Field("adam", description="optimiser (Adam only)")
 
 
 def _check_args(
@@ -69,7 +57,7 @@ def _check_args(
     loss: Any,
     coverage: Any,
 ) -> None:
-    if not getattr(selector, "trainable", False):
+    if not isinstance(selector, TrainableSelector):
         raise ValueError(
             f"scheme {name!r} trains a learned selector (trainable = True, e.g. 'mlp'), but "
             f"{type(selector).__name__} is fitted by its own fit(); use the 'recalibration' "
@@ -99,16 +87,15 @@ def _check_args(
 def recalibrated_correct(recalibrator: Recalibrator, outputs: ModelOutputs) -> np.ndarray:
     """0/1 float64 correctness of the recalibrator's prediction (``recalibrator.predict``,
     which for most recalibrators is ``argmax(logits)``; binary Platt may change it)."""
-    predict = getattr(recalibrator, "predict", None)
-    pred = outputs.predictions() if predict is None else np.asarray(predict(outputs))
+    pred = np.asarray(recalibrator.predict(outputs))
     return (pred == outputs.labels).astype(np.float64)
 
 
-def changes_prediction(module: torch.nn.Module | None) -> bool:
-    """Whether a trained h module's prediction can differ from ``argmax(logits)`` (it then
-    defines ``predict(logits, features)``, and the selective loss must see the correctness
-    of that prediction, recomputed at every step as h trains)."""
-    return bool(getattr(module, "changes_prediction", False))
+def changes_prediction(module: Any) -> bool:
+    """Whether a trained h module is a :class:`~selbench.api.PredictingModule` whose
+    prediction can differ from ``argmax(logits)``: the selective loss must then see the
+    correctness of that prediction, recomputed at every step as h trains."""
+    return isinstance(module, PredictingModule) and bool(module.changes_prediction)
 
 
 @torch.no_grad()
@@ -121,7 +108,7 @@ def _frozen_confidence(
     device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """h's confidence (and log-probabilities when the loss needs them) on ``outputs``."""
-    if not recalibrator.differentiable:
+    if not isinstance(recalibrator, DifferentiableRecalibrator):
         if need_log_probs:
             raise ValueError(
                 f"loss: the selection loss needs recalibrated log-probabilities, which "
@@ -155,9 +142,9 @@ def _frozen_confidence(
 
 def train(
     name: str,
-    params: TrainingParams,
+    params: Any,
     outputs: ModelOutputs,
-    selector: Selector,
+    selector: TrainableSelector,
     recalibrator: Recalibrator,
     loss: SelectionLoss,
     coverage: CoverageLoss,
@@ -165,7 +152,8 @@ def train(
     *,
     train_h: bool,
 ) -> None:
-    """Train ``selector`` (and ``recalibrator`` when ``train_h``) in place."""
+    """Train ``selector`` (and ``recalibrator`` when ``train_h``) in place; ``params`` has the
+    training hyperparameters as attributes (the scheme itself)."""
     device = context.torch_device()
     n = len(outputs)
     need_lp = bool(loss.needs_log_probs)
@@ -177,7 +165,7 @@ def train(
     parameters = list(g_module.parameters())
     h_module = None
     if train_h:
-        if not recalibrator.differentiable:
+        if not isinstance(recalibrator, DifferentiableRecalibrator):
             raise ValueError(
                 f"scheme {name!r} trains h with g and needs a differentiable recalibrator "
                 f"(none, temperature, platt, mlp); {type(recalibrator).__name__} is not"
@@ -268,6 +256,18 @@ def train(
         h_module.eval().to("cpu")
 
 
+#: the training hyperparameters of the three training schemes (Appendix A of the paper)
+Epochs = Annotated[int, Field(ge=0, description="passes over the fitting data (paper: 1000)")]
+BatchSize = Annotated[int, Field(ge=1, description="mini-batch size (paper: 100)")]
+LearningRate = Annotated[float, Field(gt=0, description="Adam learning rate (paper: 5e-4)")]
+WeightDecay = Annotated[float, Field(ge=0, description="Adam weight decay")]
+NoiseStd = Annotated[float, Field(
+    ge=0, description="std of Gaussian noise added to the selector's (and an MLP "
+    "recalibrator's) input at every step, for robustness under shift (paper, RxRx1: 1)",
+)]
+Optimizer = Annotated[Literal["adam"], Field(description="optimiser (Adam only)")]
+
+
 class _TrainingScheme(Scheme):
     name: str = ""
     #: whether h is trained together with g
@@ -278,21 +278,13 @@ class _TrainingScheme(Scheme):
 
     def __init__(
         self,
-        epochs: int = 1000,
-        batch_size: int = 100,
-        lr: float = 5e-4,
-        weight_decay: float = 0.0,
-        noise_std: float = 0.0,
-        optimizer: str = "adam",
+        epochs: Epochs = 1000,
+        batch_size: BatchSize = 100,
+        lr: LearningRate = 5e-4,
+        weight_decay: WeightDecay = 0.0,
+        noise_std: NoiseStd = 0.0,
+        optimizer: Optimizer = "adam",
     ) -> None:
-        self._params = TrainingParams(
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            weight_decay=weight_decay,
-            noise_std=noise_std,
-            optimizer=optimizer,
-        )
         self.epochs = epochs
         self.batch_size = batch_size
         self.lr = lr
@@ -315,7 +307,7 @@ class _TrainingScheme(Scheme):
         job = FitJob(outputs, selector, recalibrator, loss, coverage, context)
         self._check_job(job)
         self._prefit([job])
-        train(self.name, self._params, outputs, selector, recalibrator, loss, coverage,
+        train(self.name, self, outputs, selector, recalibrator, loss, coverage,
               context, train_h=self.train_h)
         self.n_fit_ = len(outputs)
         return self
@@ -327,16 +319,17 @@ class _TrainingScheme(Scheme):
         for job in jobs:
             self._check_job(job)
         self._prefit(jobs)
-        train_jobs(self.name, self._params, jobs, train_h=self.train_h)
+        train_jobs(self.name, self, jobs, train_h=self.train_h)
         if jobs:
             self.n_fit_ = len(jobs[-1].outputs)
         return self
 
 
 def fit_recalibrators(jobs: list[FitJob]) -> None:
-    """``job.recalibrator.fit(job.outputs, job.context)`` for every job; recalibrators whose
-    class offers ``fit_many(recalibrators, outputs, contexts)`` (the MLP recalibrator) are
-    fitted together by it."""
+    """``job.recalibrator.fit(job.outputs, job.context)`` for every job: the recalibrators
+    of one class are fitted together by the class's
+    :meth:`~selbench.api.Recalibrator.fit_many` (which fits equal ones once, or many MLPs as
+    one batched model)."""
     if len(jobs) == 1:
         jobs[0].recalibrator.fit(jobs[0].outputs, jobs[0].context)
         return
@@ -344,16 +337,14 @@ def fit_recalibrators(jobs: list[FitJob]) -> None:
     for job in jobs:
         by_class.setdefault(type(job.recalibrator), []).append(job)
     for cls, members in by_class.items():
-        many = getattr(cls, "fit_many", None)
-        if many is not None and len(members) > 1:
-            many([j.recalibrator for j in members], [j.outputs for j in members],
-                 [j.context for j in members])
+        if len(members) > 1:
+            cls.fit_many([j.recalibrator for j in members], [j.outputs for j in members],
+                         [j.context for j in members])
         else:
-            for job in members:
-                job.recalibrator.fit(job.outputs, job.context)
+            members[0].recalibrator.fit(members[0].outputs, members[0].context)
 
 
-def train_jobs(name: str, params: TrainingParams, jobs: list[FitJob], *, train_h: bool) -> None:
+def train_jobs(name: str, params: Any, jobs: list[FitJob], *, train_h: bool) -> None:
     """:func:`train` for every job, batching the replicas that can be (:mod:`.batched`)."""
     from .batched import _prepare, batchable, train_many
 
@@ -433,7 +424,7 @@ class JointScheme(_TrainingScheme):
 
     def _check_job(self, job: FitJob) -> None:
         super()._check_job(job)
-        if not job.recalibrator.differentiable:
+        if not isinstance(job.recalibrator, DifferentiableRecalibrator):
             raise ValueError(
                 f"scheme 'joint' trains h with g and needs a differentiable recalibrator "
                 f"(none, temperature, platt, mlp); {type(job.recalibrator).__name__} is not"

@@ -3,11 +3,11 @@ and ``none`` (accept everything)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field
-from selbench.api import FitContext, NoParams, Params, Selector
+from selbench.api import FitContext, Selector
 from selbench.checks import NotFittedError, check_confidence, check_features, check_outputs
 from selbench.data import ModelOutputs
 from sklearn.ensemble import IsolationForest
@@ -21,9 +21,6 @@ class ConfidenceSelector(Selector):
     Ranks examples by ĥ(f(x)) (or f̂(x) with recalibrator ``none``), rejecting the least
     confident first — the paper's "Confidence" baseline. Nothing to fit.
     """
-
-    def __init__(self) -> None:
-        NoParams()
 
     def fit(self, outputs: ModelOutputs, confidence: np.ndarray, context: FitContext):
         check_outputs(outputs, "selector 'confidence'", min_rows=1)
@@ -41,9 +38,6 @@ class NoSelector(Selector):
 
     selects = False  # the core accepts every example at every β
 
-    def __init__(self) -> None:
-        NoParams()
-
     def fit(self, outputs: ModelOutputs, confidence: np.ndarray, context: FitContext):
         check_outputs(outputs, "selector 'none'", min_rows=1)
         check_confidence(outputs, confidence, "selector 'none'")
@@ -56,13 +50,6 @@ class NoSelector(Selector):
         return np.zeros(len(outputs), dtype=np.float64)
 
 
-class IsolationForestParams(Params):
-    n_estimators: int = Field(100, ge=1, description="number of trees")
-    max_samples: Literal["auto"] | int | float = Field(
-        "auto", description="samples per tree: 'auto' (min(256, N)), a count, or a fraction"
-    )
-
-
 class IsolationForestSelector(Selector):
     """Isolation Forest (Liu et al., 2008) on the feature embedding; higher = more typical.
 
@@ -72,8 +59,13 @@ class IsolationForestSelector(Selector):
     ``forest_``.
     """
 
-    def __init__(self, n_estimators: int = 100, max_samples: str | float = "auto") -> None:
-        IsolationForestParams(n_estimators=n_estimators, max_samples=max_samples)
+    def __init__(
+        self,
+        n_estimators: Annotated[int, Field(ge=1, description="number of trees")] = 100,
+        max_samples: Annotated[Literal["auto"] | int | float, Field(
+            description="samples per tree: 'auto' (min(256, N)), a count, or a fraction",
+        )] = "auto",
+    ) -> None:
         self.n_estimators = n_estimators
         self.max_samples = max_samples
 
@@ -97,18 +89,6 @@ class IsolationForestSelector(Selector):
         return self.forest_.score_samples(outputs.features).astype(np.float64)
 
 
-class OneClassSVMParams(Params):
-    nu: float = Field(
-        0.5, gt=0, le=1, description="upper bound on the fraction of training outliers"
-    )
-    gamma: Literal["scale", "auto"] | float = Field(
-        "scale", description="RBF kernel coefficient ('scale', 'auto' or a positive float)"
-    )
-    standardize: bool = Field(
-        True, description="standardise each feature (fitting mean and std) before the SVM"
-    )
-
-
 class OneClassSVMSelector(Selector):
     """One-class SVM (RBF) on the standardised embedding; higher = more typical.
 
@@ -129,9 +109,14 @@ class OneClassSVMSelector(Selector):
     _block_rows = 4096
 
     def __init__(
-        self, nu: float = 0.5, gamma: str | float = "scale", standardize: bool = True
+        self,
+        nu: Annotated[float, Field(
+            gt=0, le=1, description="upper bound on the fraction of training outliers")] = 0.5,
+        gamma: Annotated[Literal["scale", "auto"] | float, Field(
+            description="RBF kernel coefficient ('scale', 'auto' or a positive float)")] = "scale",
+        standardize: Annotated[bool, Field(
+            description="standardise each feature (fitting mean and std) before the SVM")] = True,
     ) -> None:
-        OneClassSVMParams(nu=nu, gamma=gamma, standardize=standardize)
         self.nu = nu
         self.gamma = gamma
         self.standardize = standardize

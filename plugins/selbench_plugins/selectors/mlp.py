@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
 from pydantic import Field
-from selbench.api import FitContext, Params, Selector
+from selbench.api import FitContext, TrainableSelector
 from selbench.checks import NotFittedError, check_confidence, check_outputs
 from selbench.data import ModelOutputs
 from selbench.torchutils import BatchedMLP, build_mlp, run_module, seeded_init
@@ -16,19 +16,6 @@ from selbench.torchutils import BatchedMLP, build_mlp, run_module, seeded_init
 TRAINING_SCHEMES = ("selection", "sequential", "joint")
 
 InputKind = Literal["features", "logits", "probabilities"]
-
-
-class MLPSelectorParams(Params):
-    hidden: list[int] = Field(
-        default_factory=lambda: [128, 128],
-        description="hidden layer widths (ReLU); the paper uses [128, 128] in-distribution "
-        "and [64] under distribution shift",
-    )
-    input: InputKind = Field(
-        "features",
-        description="what ĝ reads: the feature embedding (paper), the logits, or the softmax "
-        "probabilities",
-    )
 
 
 class MLPSelectorNet(torch.nn.Module):
@@ -69,30 +56,29 @@ class BatchedMLPSelector(torch.nn.Module):
         self.mlp.write_back([m.net for m in modules])
 
 
-class MLPSelector(Selector):
+class MLPSelector(TrainableSelector):
     """Learned soft selector ĝ(x) = sigmoid(MLP(x)), trained by a scheme through a loss.
 
     ReLU MLP with widths ``hidden`` and one sigmoid output, reading the feature embedding
     (default), the logits or the probabilities. The score is ĝ(x); the core thresholds it
     at each coverage level. ``fit`` is not how it is trained: the ``selection``,
-    ``sequential`` and ``joint`` schemes train it.
-
-    Protocol with schemes (what a third-party trainable selector implements):
-
-    * class attribute ``trainable = True``;
-    * ``inputs(outputs)`` returns the float32 input matrix ``[N, d_in]``;
-    * ``init_module(outputs, context)`` creates ``self.module_`` (weights seeded by
-      ``context.seed`` only), a ``torch.nn.Module`` mapping ``[B, d_in] -> ĝ [B]`` in
-      (0, 1), and returns it; the scheme trains it in place (possibly on
-      ``context.device``, moving it back to the CPU at the end);
-    * ``score`` runs ``module_`` in eval mode without gradients.
+    ``sequential`` and ``joint`` schemes train it (the protocol of
+    :class:`selbench.api.TrainableSelector`: :meth:`inputs`, :meth:`init_module`,
+    ``module_``). Its network class implements the batched-training protocol
+    (:meth:`MLPSelectorNet.stacked`).
     """
 
-    trainable = True
-
-    def __init__(self, hidden: list[int] | None = None, input: InputKind = "features") -> None:
-        hidden = [128, 128] if hidden is None else list(hidden)
-        MLPSelectorParams(hidden=hidden, input=input)
+    def __init__(
+        self,
+        hidden: Annotated[list[int], Field(
+            description="hidden layer widths (ReLU); the paper uses [128, 128] "
+            "in-distribution and [64] under distribution shift",
+        )] = [128, 128],  # noqa: B006 - parameters are never mutated
+        input: Annotated[InputKind, Field(
+            description="what ĝ reads: the feature embedding (paper), the logits, or the "
+            "softmax probabilities",
+        )] = "features",
+    ) -> None:
         self.hidden = hidden
         self.input = input
 

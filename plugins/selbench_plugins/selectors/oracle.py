@@ -8,19 +8,14 @@ calibration error.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import numpy as np
 from pydantic import Field
-from selbench.api import FitContext, Params, Plugin, Selector
+from selbench.api import FitContext, Plugin, Selector
 from selbench.data import ModelOutputs
 
-__all__ = ["PLUGIN", "OracleDomain", "OracleDomainParams"]
-
-
-class OracleDomainParams(Params):
-    reject_domains: list[int] = Field(
-        default_factory=lambda: [1],
-        description="domain ids to reject (score 0); every other domain scores 1",
-    )
+__all__ = ["PLUGIN", "OracleDomain"]
 
 
 class OracleDomain(Selector):
@@ -34,13 +29,13 @@ class OracleDomain(Selector):
     of them plus a seeded random subset of the rejected ones.
     """
 
-    trainable = False
-
-    def __init__(self, reject_domains: list[int] | None = None):
-        params = OracleDomainParams(
-            reject_domains=[1] if reject_domains is None else reject_domains
-        )
-        self.reject_domains = list(params.reject_domains)
+    def __init__(
+        self,
+        reject_domains: Annotated[list[int], Field(
+            description="domain ids to reject (score 0); every other domain scores 1",
+        )] = [1],  # noqa: B006 - parameters are never mutated
+    ):
+        self.reject_domains = reject_domains
 
     def _domain(self, outputs: ModelOutputs, confidence: np.ndarray | None) -> np.ndarray:
         if not isinstance(outputs, ModelOutputs):
@@ -76,6 +71,5 @@ class OracleDomain(Selector):
 PLUGIN = Plugin(
     "oracle-domain",
     OracleDomain,
-    OracleDomainParams,
     summary="Oracle: accept every example whose domain id is not in reject_domains",
 )
