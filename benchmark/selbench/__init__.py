@@ -1,9 +1,12 @@
 """selbench: a benchmark framework for selective recalibration.
 
-Public API for plugin authors: :class:`Plugin`, :class:`Params`, the six base classes
-(:class:`Dataset`, :class:`Backbone`, :class:`Selector`, :class:`Recalibrator`,
-:class:`SelectionLoss` / :class:`CoverageLoss`, :class:`Scheme`), :class:`ModelOutputs`,
-:class:`FitContext` and the :data:`hookimpl` marker. Metrics live in :mod:`selbench.metrics`.
+Public API for plugin authors (the contract is :mod:`selbench.api`): :class:`Plugin`, the six
+base classes (:class:`Dataset`, :class:`Backbone`, :class:`Selector`, :class:`Recalibrator`,
+:class:`SelectionLoss` / :class:`CoverageLoss`, :class:`Scheme`), the typed protocols
+:class:`TrainableSelector` and :class:`DifferentiableRecalibrator`, :class:`ModelOutputs`,
+:class:`FitContext`, the input checks (:func:`check_outputs`, :func:`check_confidence`,
+:func:`check_features`, :class:`NotFittedError`) and the :data:`hookimpl` marker; the
+conformance kit is :mod:`selbench.testing`. Metrics live in :mod:`selbench.metrics`.
 
 For scikit-learn users: :class:`SelectiveRecalibrator` (:mod:`selbench.estimator`) fits a
 method on your own arrays; :func:`run` runs a spec.
@@ -15,6 +18,7 @@ from selbench.api import (
     Backbone,
     CoverageLoss,
     Dataset,
+    DifferentiableRecalibrator,
     FitContext,
     NoParams,
     Params,
@@ -24,12 +28,15 @@ from selbench.api import (
     SelectionLoss,
     Selector,
     SplitData,
+    TrainableSelector,
+    params_model,
 )
 from selbench.data import DataError, ModelOutputs
 from selbench.hookspecs import hookimpl, hookspec
 from selbench.inputs import InputDir, InputFile
 
 if TYPE_CHECKING:  # pragma: no cover - imported lazily by __getattr__ below
+    from selbench.checks import NotFittedError, check_confidence, check_features, check_outputs
     from selbench.estimator import SelectiveRecalibrator
 
 __version__ = "0.1.0"
@@ -49,12 +56,19 @@ def run(spec, **kwargs):
     return _run(spec, **kwargs)
 
 
+_CHECKS = ("NotFittedError", "check_confidence", "check_features", "check_outputs")
+
+
 def __getattr__(name):
-    # SelectiveRecalibrator imports scikit-learn (about a second): only when asked for
+    # these import scikit-learn (about a second): only when asked for
     if name == "SelectiveRecalibrator":
         from selbench.estimator import SelectiveRecalibrator
 
         return SelectiveRecalibrator
+    if name in _CHECKS:
+        from selbench import checks
+
+        return getattr(checks, name)
     raise AttributeError(f"module 'selbench' has no attribute {name!r}")
 
 
@@ -63,11 +77,13 @@ __all__ = [
     "CoverageLoss",
     "DataError",
     "Dataset",
+    "DifferentiableRecalibrator",
     "FitContext",
     "InputDir",
     "InputFile",
     "ModelOutputs",
     "NoParams",
+    "NotFittedError",
     "Params",
     "Plugin",
     "Recalibrator",
@@ -76,7 +92,12 @@ __all__ = [
     "SelectiveRecalibrator",
     "Selector",
     "SplitData",
+    "TrainableSelector",
     "__version__",
+    "check_confidence",
+    "check_features",
+    "check_outputs",
+    "params_model",
     "run",
     "hookimpl",
     "hookspec",
