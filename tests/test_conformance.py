@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from selbench.api import KINDS, Recalibrator
+from selbench.api import KINDS
 from selbench.plugins import get_registry
 from selbench.testing import make_outputs, parametrize_with_checks
 
@@ -52,21 +52,7 @@ PLUGINS = [(kind, name, PARAMS.get((kind, name)))
            for kind in KINDS for name in REGISTRY.names(kind)]
 
 
-def expected_failure(kind: str, name: str, check: str) -> str | None:
-    """Rules the built-ins do not honour yet, and why (xfail, not strict: they pass once
-    fixed)."""
-    factory = REGISTRY.get(kind, name).plugin.factory
-    if check == "check_clone" and not hasattr(factory, "get_params"):
-        return ("not a scikit-learn estimator yet (no get_params); the api/plugins refactor "
-                "derives every plugin's params from its __init__ signature")
-    if (check == "check_predict_rejects_non_model_outputs"
-            and getattr(factory, "predict", None) is Recalibrator.predict):
-        return ("the default Recalibrator.predict (selbench.api) calls outputs.predictions() "
-                "without checking that outputs is a ModelOutputs")
-    return None
-
-
-@parametrize_with_checks(PLUGINS, expected_failures=expected_failure)
+@parametrize_with_checks(PLUGINS)
 def test_plugin_conforms(check):
     check()
 
