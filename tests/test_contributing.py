@@ -47,7 +47,8 @@ def examples_installed(tmp_path, monkeypatch):
     yield tmp_path
     for name in modules:
         sys.modules.pop(name, None)
-    get_registry(refresh=True)
+    monkeypatch.undo()  # sys.path and the environment first, or the refreshed registry
+    get_registry(refresh=True)  # would still hold the examples for the tests that follow
 
 
 def test_the_page_has_the_three_examples_and_the_recalibrator_is_about_twenty_lines():

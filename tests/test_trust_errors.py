@@ -336,6 +336,7 @@ def bad_plugins(tmp_path, monkeypatch):
     get_registry(refresh=True)
     yield site
     sys.modules.pop("trust_plugins", None)
+    monkeypatch.undo()  # off sys.path before the registry is rebuilt
     get_registry(refresh=True)
 
 
