@@ -12,6 +12,7 @@ import copy
 import re
 import sys
 import textwrap
+import types
 import warnings
 
 import numpy as np
@@ -21,13 +22,12 @@ from conftest import install_distribution
 from selbench import (
     CoverageLoss,
     Dataset,
-    ModelOutputs,
-    Recalibrator,
+    DifferentiableRecalibrator,
     SelectionLoss,
     Selector,
     SplitData,
+    TrainableSelector,
 )
-from selbench import api as selbench_api
 from selbench.plugins import AUTOLOAD_ENV, PluginError, get_registry
 from selbench.testing import (
     CheckSkipped,
@@ -39,19 +39,22 @@ from selbench.testing import (
     parametrize_with_checks,
     plugin_checks,
 )
-from sklearn.base import BaseEstimator
-from sklearn.exceptions import NotFittedError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 #: the data every check uses (documented in selbench.testing): fit on FIT, evaluate on EVAL
 FIT, EVAL = make_outputs(120, 3, 6, seed=0), make_outputs(80, 3, 6, seed=1)
 
-# plugins subclass the kind's base class; the typed protocols of selbench.api (when present)
-# make a recalibrator differentiable / a selector trainable, and provide get_params
-DIFFERENTIABLE = getattr(selbench_api, "DifferentiableRecalibrator", Recalibrator)
-TRAINABLE = getattr(selbench_api, "TrainableSelector", Selector)
-ESTIMATOR = () if hasattr(Recalibrator, "get_params") else (BaseEstimator,)
+
+# ---------------------------------------------------------------- reference plugins
+#: a recalibrator and a selector as a third party writes them, with their helpers: installed
+#: as a distribution (``kit_demo_installed``) and loaded below as the module whose
+#: ``Shrink`` and helpers the reference plugins here use
+PLUGIN_MODULE = '''
+import numpy as np
+from selbench import Params, Plugin, Recalibrator, Selector, hookimpl
+from selbench.data import ModelOutputs
+from sklearn.exceptions import NotFittedError
 
 
 def checked(outputs, min_rows=0):
@@ -74,8 +77,11 @@ def checked_confidence(outputs, confidence):
     return conf
 
 
-# ---------------------------------------------------------------- reference plugins
-class Shrink(Recalibrator, *ESTIMATOR):
+class ShrinkParams(Params):
+    factor: float = 0.9
+
+
+class Shrink(Recalibrator):
     """Shrink the confidence towards 1/K: ``1/K + factor (c - 1/K)``."""
 
     usable_unfitted = False
@@ -96,7 +102,58 @@ class Shrink(Recalibrator, *ESTIMATOR):
         return checked(outputs).predictions()
 
 
-class Margin(Selector, *ESTIMATOR):
+class EntropyParams(Params):
+    scale: float = 1.0
+
+
+class Entropy(Selector):
+    """Negative entropy of the softmax, standardised on the fitting data."""
+
+    def __init__(self, scale=1.0):
+        self.scale = scale
+
+    def _neg_entropy(self, outputs, confidence):
+        checked_confidence(checked(outputs), confidence)
+        p = outputs.probabilities()
+        return (p * np.log(np.clip(p, 1e-12, 1))).sum(axis=1)
+
+    def fit(self, outputs, confidence, context):
+        h = self._neg_entropy(checked(outputs, 1), confidence)
+        self.mean_, self.std_ = float(h.mean()), float(h.std()) or 1.0
+        return self
+
+    def score(self, outputs, confidence):
+        h = self._neg_entropy(outputs, confidence)
+        fitted(self, "mean_")
+        return self.scale * (h - self.mean_) / self.std_
+
+
+@hookimpl
+def selbench_recalibrators():
+    return [Plugin("kit-shrink", Shrink, ShrinkParams)]
+
+
+@hookimpl
+def selbench_selectors():
+    return [Plugin("kit-entropy", Entropy, EntropyParams)]
+'''
+
+
+def load_module(name, source):
+    """``source`` run as the module ``name``, put in ``sys.modules`` (so that its classes
+    pickle)."""
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    exec(compile(textwrap.dedent(source), f"<{name}>", "exec"), module.__dict__)
+    return module
+
+
+demo = load_module("kit_demo_reference", PLUGIN_MODULE)
+checked, fitted, checked_confidence = demo.checked, demo.fitted, demo.checked_confidence
+Shrink = demo.Shrink
+
+
+class Margin(Selector):
     """Score: the gap between the two largest logits, in units of its fitted spread."""
 
     def __init__(self, scale=1.0):
@@ -128,10 +185,9 @@ class TempModule(torch.nn.Module):
         return log_probs.max(-1).values.exp(), log_probs
 
 
-class Temp(DIFFERENTIABLE, *ESTIMATOR):
+class Temp(DifferentiableRecalibrator):
     """Softmax of the logits at a fixed temperature, trainable jointly through its module."""
 
-    differentiable = True
     provides_log_probs = True
     usable_unfitted = False
 
@@ -167,10 +223,8 @@ class Gate(torch.nn.Module):
         return torch.sigmoid(x @ self.weight)
 
 
-class LinearGate(TRAINABLE, *ESTIMATOR):
+class LinearGate(TrainableSelector):
     """A learned soft selector sigmoid(w·x), trained by a scheme."""
-
-    trainable = True
 
     def inputs(self, outputs):
         return np.array(checked(outputs).features, dtype=np.float32)
@@ -192,7 +246,7 @@ class LinearGate(TRAINABLE, *ESTIMATOR):
             return self.module_(torch.tensor(self.inputs(outputs))).double().numpy()
 
 
-class AbsLoss(SelectionLoss, *ESTIMATOR):
+class AbsLoss(SelectionLoss):
     """Mean of ĝ |correct - confidence|."""
 
     def __call__(self, g, confidence, correct, log_probs=None, labels=None):
@@ -202,14 +256,14 @@ class AbsLoss(SelectionLoss, *ESTIMATOR):
         return (g * (correct - confidence).abs()).mean()
 
 
-class Coverage(CoverageLoss, *ESTIMATOR):
+class Coverage(CoverageLoss):
     """The paper's quadratic coverage loss with lambda = 1."""
 
     def __call__(self, g, beta):
         return (beta - g.mean()) ** 2
 
 
-class Tiny(Dataset, *ESTIMATOR):
+class Tiny(Dataset):
     """Two splits of random vectors and binary labels."""
 
     num_classes = 2
@@ -484,23 +538,10 @@ def test_outputs_that_depend_on_the_batch():
 
 
 def test_clone_and_parameters():
-    class NotAnEstimator:  # no get_params (selbench's base classes would provide them)
+    class NotAnEstimator:  # Shrink without its base class, so without get_params
         usable_unfitted = False
-
-        def __init__(self, factor=0.9):
-            self.factor = factor
-
-        def fit(self, outputs, context):
-            self.k_ = checked(outputs, 1).num_classes
-            return self
-
-        def confidence(self, outputs):
-            if not hasattr(self, "k_"):
-                raise NotFittedError("NotAnEstimator is not fitted")
-            return 1 / self.k_ + self.factor * (checked(outputs).confidence() - 1 / self.k_)
-
-        def predict(self, outputs):
-            return checked(outputs).predictions()
+        __init__, fit = Shrink.__init__, Shrink.fit
+        confidence, predict = Shrink.confidence, Shrink.predict
 
     class ScalesFactor(Shrink):
         def __init__(self, factor=0.9):
@@ -516,8 +557,8 @@ def test_clone_and_parameters():
         "raised TypeError: Cannot clone object")
     assert str(err).endswith(
         "; make the plugin a scikit-learn estimator: derive from its kind's selbench base "
-        "class (or sklearn.base.BaseEstimator) and store every __init__ argument unchanged "
-        "under its own name")
+        "class (selbench.Recalibrator), which provides get_params and set_params, and store "
+        "every __init__ argument unchanged under its own name")
     err = failure("recalibrator", ScalesFactor, "check_clone")
     assert "raised RuntimeError" in str(err) and "factor" in str(err)
     assert str(err).endswith("; __init__ must store every argument unchanged under its own "
@@ -783,94 +824,6 @@ def test_make_outputs_is_deterministic_and_valid():
 
 
 # ---------------------------------------------------------------- a third-party distribution
-PLUGIN_MODULE = '''
-import numpy as np
-from selbench import Params, Plugin, Recalibrator, Selector, hookimpl
-from selbench.data import ModelOutputs
-from sklearn.base import BaseEstimator
-from sklearn.exceptions import NotFittedError
-
-ESTIMATOR = () if hasattr(Recalibrator, "get_params") else (BaseEstimator,)
-
-
-def checked(outputs, min_rows=0):
-    if not isinstance(outputs, ModelOutputs):
-        raise TypeError(f"outputs: expected selbench.ModelOutputs, got {type(outputs).__name__}")
-    if len(outputs) < min_rows:
-        raise ValueError(f"outputs: needs {min_rows} example(s), got {len(outputs)}")
-    return outputs
-
-
-def fitted(plugin, attribute):
-    if not hasattr(plugin, attribute):
-        raise NotFittedError(f"{type(plugin).__name__} is not fitted; call fit first")
-
-
-class ShrinkParams(Params):
-    factor: float = 0.9
-
-
-class Shrink(Recalibrator, *ESTIMATOR):
-    """Shrink the confidence towards 1/K."""
-
-    usable_unfitted = False
-
-    def __init__(self, factor=0.9):
-        self.factor = factor
-
-    def fit(self, outputs, context):
-        self.k_ = checked(outputs, 1).num_classes
-        return self
-
-    def confidence(self, outputs):
-        checked(outputs)
-        fitted(self, "k_")
-        return 1 / self.k_ + self.factor * (outputs.confidence() - 1 / self.k_)
-
-    def predict(self, outputs):
-        return checked(outputs).predictions()
-
-
-class EntropyParams(Params):
-    scale: float = 1.0
-
-
-class Entropy(Selector, *ESTIMATOR):
-    """Negative entropy of the softmax, standardised on the fitting data."""
-
-    def __init__(self, scale=1.0):
-        self.scale = scale
-
-    def _neg_entropy(self, outputs, confidence):
-        checked(outputs)
-        if np.shape(confidence) != (len(outputs),):
-            raise ValueError(f"confidence: expected shape ({len(outputs)},), "
-                             f"got {np.shape(confidence)}")
-        p = outputs.probabilities()
-        return (p * np.log(np.clip(p, 1e-12, 1))).sum(axis=1)
-
-    def fit(self, outputs, confidence, context):
-        h = self._neg_entropy(checked(outputs, 1), confidence)
-        self.mean_, self.std_ = float(h.mean()), float(h.std()) or 1.0
-        return self
-
-    def score(self, outputs, confidence):
-        h = self._neg_entropy(outputs, confidence)
-        fitted(self, "mean_")
-        return self.scale * (h - self.mean_) / self.std_
-
-
-@hookimpl
-def selbench_recalibrators():
-    return [Plugin("kit-shrink", Shrink, ShrinkParams)]
-
-
-@hookimpl
-def selbench_selectors():
-    return [Plugin("kit-entropy", Entropy, EntropyParams)]
-'''
-
-
 @pytest.fixture
 def kit_demo_installed(tmp_path, monkeypatch):
     """A separate distribution providing a recalibrator and a selector through the

@@ -72,20 +72,18 @@ from typing import Any
 
 import numpy as np
 
-from selbench import api as _api
 from selbench.api import (
+    KIND_BASES,
     KINDS,
-    Backbone,
     CoverageLoss,
     Dataset,
+    DifferentiableRecalibrator,
     FitContext,
     FitJob,
     Plugin,
-    Recalibrator,
-    Scheme,
     SelectionLoss,
-    Selector,
     SplitData,
+    TrainableSelector,
 )
 from selbench.data import ModelOutputs
 
@@ -116,15 +114,6 @@ _MLP_SELECTOR = {"hidden": [8]}
 #: replicas of fit_many checks: (seed, training beta, data seed); equal seeds share data, as
 #: the training betas of one seed do in the runner
 _CELLS = ((0, 0.6, 10), (0, 0.8, 10), (1, 0.6, 11), (1, 0.8, 11))
-
-_BASES: dict[str, tuple[type, ...]] = {
-    "dataset": (Dataset,),
-    "backbone": (Backbone,),
-    "selector": (Selector,),
-    "recalibrator": (Recalibrator,),
-    "loss": (SelectionLoss, CoverageLoss),
-    "scheme": (Scheme,),
-}
 
 
 # ---------------------------------------------------------------------------- errors
@@ -421,20 +410,13 @@ def _builtin(kind: str, name: str, params: dict | None = None) -> Any:
 
 
 def _is_trainable(obj: Any) -> bool:
-    """A selector a scheme trains (``selbench.api.TrainableSelector``; ``trainable = True``)."""
-    base = getattr(_api, "TrainableSelector", None)
-    if base is not None and isinstance(obj, base):
-        return True
-    return bool(getattr(type(obj), "trainable", False))
+    """A selector a scheme trains: a :class:`selbench.TrainableSelector`."""
+    return isinstance(obj, TrainableSelector)
 
 
 def _is_differentiable(obj: Any) -> bool:
-    """A recalibrator with a trainable module (``selbench.api.DifferentiableRecalibrator``;
-    ``differentiable = True``)."""
-    base = getattr(_api, "DifferentiableRecalibrator", None)
-    if base is not None and isinstance(obj, base):
-        return True
-    return bool(getattr(type(obj), "differentiable", False))
+    """A recalibrator with a trainable module: a :class:`selbench.DifferentiableRecalibrator`."""
+    return isinstance(obj, DifferentiableRecalibrator)
 
 
 # ---------------------------------------------------------------------------- the subject
@@ -478,7 +460,7 @@ def _resolve(kind: str, plugin: Any, params: Mapping[str, Any] | None) -> _Subje
         factory = plugin.factory
         return _Subject(kind, f"{kind} {plugin.name!r}", plugin.name,
                         lambda: factory(**validated.model_dump()), params)
-    if isinstance(plugin, type) or (callable(plugin) and not isinstance(plugin, _BASES[kind])):
+    if isinstance(plugin, type) or (callable(plugin) and not isinstance(plugin, KIND_BASES[kind])):
         name = getattr(plugin, "__name__", None) or repr(plugin)
         ident = f"{name}({shown})" if params else name
         return _Subject(kind, f"{kind} {ident}", ident, lambda: plugin(**params), params)
@@ -528,7 +510,7 @@ def _not_trainable(s: _Subject) -> str | None:
 
 
 def _trainable(s: _Subject) -> str | None:
-    return None if _is_trainable(s.probe) else "it is not trainable (trainable = False)"
+    return None if _is_trainable(s.probe) else "it is not trainable (not a selbench.TrainableSelector)"
 
 
 def _differentiable(s: _Subject) -> str | None:
@@ -598,7 +580,7 @@ def check_base_class(s: _Subject) -> None:
         raise _Broken(f"building the plugin raised {_exc(exc)}") from exc
     except Exception as exc:
         raise _Broken(f"building the plugin raised {_exc(exc)}") from exc
-    bases = _BASES[s.kind]
+    bases = KIND_BASES[s.kind]
     if not isinstance(obj, bases):
         names = " or ".join(f"selbench.{b.__name__}" for b in bases)
         raise _Broken(f"the factory built a {type(obj).__name__}, expected an instance of "
@@ -946,7 +928,8 @@ def check_clone(s: _Subject) -> None:
     """``sklearn.base.clone`` of a fitted plugin returns a new, unfitted plugin of the same
     class with equal ``get_params()`` (the parameters it was built with), and fitting the
     clone reproduces the original fit exactly. Hyperparameters are ``__init__`` keyword
-    arguments stored unchanged under their own names (derive from ``sklearn.base.BaseEstimator``)."""
+    arguments stored unchanged under their own names (the kind's selbench base class provides
+    ``get_params`` / ``set_params``)."""
     from sklearn.base import clone
 
     fitted, expected = _fitted_and_observed(s)
@@ -955,9 +938,11 @@ def check_clone(s: _Subject) -> None:
         twin = clone(fitted)
     except Exception as exc:
         if not callable(getattr(fitted, "get_params", None)):
+            bases = " or ".join(f"selbench.{b.__name__}" for b in KIND_BASES[s.kind])
             hint = ("; make the plugin a scikit-learn estimator: derive from its kind's "
-                    "selbench base class (or sklearn.base.BaseEstimator) and store every "
-                    "__init__ argument unchanged under its own name")
+                    f"selbench base class ({bases}), which provides get_params and "
+                    "set_params, and store every __init__ argument unchanged under its own "
+                    "name")
         elif isinstance(exc, RuntimeError):
             hint = "; __init__ must store every argument unchanged under its own name"
         else:
@@ -1014,7 +999,7 @@ def check_trainable_protocol(s: _Subject) -> None:
     sel, fit = s.make(), _fit_data()
     for method in ("inputs", "init_module"):
         if not callable(getattr(sel, method, None)):
-            raise _Broken(f"declares trainable = True but has no {method}() method; a "
+            raise _Broken(f"is a TrainableSelector but has no {method}() method; a "
                           "trainable selector implements inputs(outputs) and "
                           "init_module(outputs, context)")
     x = _call("inputs(outputs)", sel.inputs, fit)
