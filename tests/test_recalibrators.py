@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -69,6 +71,66 @@ def test_temperature_clips_at_bound_for_anti_informative_logits():
     assert fit_temperature(anti.logits, anti.labels, 1e-3, 50.0) == 50.0
     rec = build("temperature", {"max_temperature": 50.0}).fit(anti, CTX)
     assert rec.T_ == pytest.approx(50.0, rel=1e-6)
+
+
+def _nll64(logits, labels, t):
+    z = np.asarray(logits, dtype=np.float64) / t
+    return -log_softmax(z, axis=1)[np.arange(len(labels)), labels].mean()
+
+
+def _reference_temperature(logits, labels):
+    """A high-precision float64 reference optimum: bounded Brent on log T, tight xatol."""
+    res = minimize_scalar(lambda u: _nll64(logits, labels, np.exp(u)), bounds=(-4, 4),
+                          method="bounded", options={"xatol": 1e-12})
+    return float(np.exp(res.x))
+
+
+def _overconfident(n, k, seed, temperature=2.0):
+    rng = np.random.default_rng(seed)
+    z = (rng.normal(size=(n, k)) * 3.0).astype(np.float32)
+    s = z.astype(np.float64) / temperature
+    p = np.exp(s - s.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    return z, (p.cumsum(1) < rng.random((n, 1))).sum(1).clip(0, k - 1)
+
+
+@pytest.mark.parametrize("n,k,temperature", [(2_000, 100, 2.0), (2_000, 100, 0.5),
+                                             (20_000, 200, 1.5), (500, 2, 3.0)])
+def test_temperature_reaches_the_float64_nll_optimum(n, k, temperature):
+    # 20,000 x 200 is large enough for the subsampled start
+    logits, labels = _overconfident(n, k, seed=n + k, temperature=temperature)
+    t = fit_temperature(logits, labels)
+    t_ref = _reference_temperature(logits, labels)
+    ref = _nll64(logits, labels, t_ref)
+    assert _nll64(logits, labels, t) <= ref * (1 + 1e-6)
+    assert t == pytest.approx(t_ref, rel=1e-5)
+    # float64 logits give the same optimum
+    assert fit_temperature(logits.astype(np.float64), labels) == pytest.approx(t, rel=1e-6)
+
+
+@pytest.mark.parametrize("name", ["netcal_cifar100_densenet-bc-100.npz",
+                                  "netcal_cifar100_wideresnet-16-4.npz",
+                                  "netcal_cifar10_wideresnet-16-4.npz"])
+def test_temperature_reaches_the_nll_optimum_on_real_outputs(name):
+    path = Path(__file__).resolve().parents[1].parent / "shared" / "data" / name
+    if not path.exists():
+        pytest.skip(f"real model outputs absent: {path}")
+    data = np.load(path)
+    logits = np.log(data["predictions"].astype(np.float64)).astype(np.float32)
+    labels = data["ground_truth"]
+    t = fit_temperature(logits, labels)
+    t_ref = _reference_temperature(logits, labels)
+    assert _nll64(logits, labels, t) <= _nll64(logits, labels, t_ref) * (1 + 1e-6)
+    assert t == pytest.approx(t_ref, rel=1e-5)
+
+
+def test_temperature_bounds_on_either_side():
+    logits, labels = _overconfident(1_000, 10, seed=3, temperature=4.0)
+    assert fit_temperature(logits, labels, 1e-3, 2.0) == 2.0
+    assert fit_temperature(logits, labels, 8.0, 1e3) == 8.0
+    t = fit_temperature(logits, labels, 1e-3, 1e3)
+    assert 2.0 < t < 8.0
+    assert fit_temperature(logits, labels, t * 0.999, t * 1.001) == pytest.approx(t, rel=1e-6)
 
 
 def test_temperature_module_is_live():

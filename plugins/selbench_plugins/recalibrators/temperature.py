@@ -117,20 +117,100 @@ class BatchedTemperature(torch.nn.Module):
             module.log_t.copy_(value)
 
 
-def _nll_derivatives(z: np.ndarray, zy: np.ndarray, beta: float) -> tuple[float, float, float]:
-    """Mean NLL of softmax(beta*z) and its first two derivatives in beta (float64)."""
-    s = beta * z
-    m = s.max(axis=1, keepdims=True)
-    e = np.exp(s - m)
-    tot = e.sum(axis=1, keepdims=True)
-    p = e / tot
-    lse = (m + np.log(tot))[:, 0]
-    ez = (p * z).sum(axis=1)
-    ez2 = (p * z * z).sum(axis=1)
-    nll = float(np.mean(lse - beta * zy))
-    grad = float(np.mean(ez - zy))
-    hess = float(np.mean(np.maximum(ez2 - ez * ez, 0.0)))
+_BLOCK = 1 << 18  # elements per block: a block and its exponentials stay in cache
+_SUBSAMPLE = 1 << 21  # elements of the subsample that gives large fits their start
+
+
+def _shifted_logits(logits, labels) -> tuple[torch.Tensor, torch.Tensor]:
+    """``d = z - max_k z`` (float32, every row <= 0 with a zero) and ``d_{i, y_i}``
+    (float64), computed block by block in the logits' own precision."""
+    z = torch.as_tensor(np.asarray(logits))
+    if not z.is_floating_point():
+        z = z.to(torch.float64)
+    n, k = z.shape
+    idx = torch.as_tensor(np.asarray(labels), dtype=torch.long).view(-1, 1)
+    d = torch.empty((n, k), dtype=torch.float32)
+    dy = torch.empty(n, dtype=torch.float64)
+    rows = max(1, _BLOCK // max(k, 1))
+    for s in range(0, n, rows):
+        blk = z[s:s + rows]
+        blk = blk - blk.max(dim=1, keepdim=True).values
+        dy[s:s + rows] = blk.gather(1, idx[s:s + rows]).view(-1)
+        d[s:s + rows] = blk
+    return d, dy
+
+
+def _nll_derivatives(d: torch.Tensor, mean_dy: float, beta: float) -> tuple[float, float, float]:
+    """Mean NLL of ``softmax(beta * d)`` and its first two derivatives in ``beta``.
+
+    ``d`` are the logits minus their row maximum (:func:`_shifted_logits`), so the NLL is
+    ``mean_i log sum_k exp(beta d_ik) - beta mean_i d_iy`` and every exponent is <= 0. One
+    pass over ``d`` in float32 blocks (torch's threads), with the row sums of ``e``,
+    ``e d`` and ``e d^2`` (``e = exp(beta d)``) accumulated in float64: the derivatives
+    are ``mean_i E_p[d] - mean_i d_iy`` and ``mean_i Var_p[d] >= 0``.
+    """
+    n, k = d.shape
+    rows = max(1, _BLOCK // max(k, 1))
+    lse = torch.empty(n, dtype=torch.float64)
+    m1 = torch.empty(n, dtype=torch.float64)
+    m2 = torch.empty(n, dtype=torch.float64)
+    for s in range(0, n, rows):
+        blk = d[s:s + rows]
+        e = torch.mul(blk, beta).exp_()
+        s0 = e.sum(1, dtype=torch.float64)
+        s1 = e.mul_(blk).sum(1, dtype=torch.float64)
+        s2 = e.mul_(blk).sum(1, dtype=torch.float64)
+        lse[s:s + rows] = s0.log()
+        m1[s:s + rows] = s1.div_(s0)
+        m2[s:s + rows] = s2.div_(s0)
+    nll = float(lse.mean()) - beta * mean_dy
+    grad = float(m1.mean()) - mean_dy
+    hess = float(m2.sub_(m1.square()).clamp_(min=0.0).mean())
     return nll, grad, hess
+
+
+def _newton(d: torch.Tensor, mean_dy: float, beta: float, lo: float, hi: float,
+            tol: float) -> float:
+    """The root of the NLL's derivative in ``beta`` within ``[lo, hi]`` (the bound when
+    there is none there), from the start ``beta``.
+
+    Safeguarded Newton: each pass narrows the bracket ``[a, c]`` that holds the root (the
+    derivative is increasing); a Newton step that leaves it is replaced by the secant
+    between the bracket's ends when both have been evaluated, by a step of a factor 8
+    towards the unexplored side otherwise, and by the midpoint in ``log beta`` when the
+    secant stalls. Stops once a Newton step is below ``tol * beta``: the convergence is
+    quadratic, so the step taken is then accurate to about ``tol**2``.
+    """
+    a, c = lo, hi  # the root lies in [a, c]
+    ga = gc = None  # derivative at a, c once evaluated
+    b = min(max(beta, lo), hi)
+    for _ in range(100):
+        _, g, h = _nll_derivatives(d, mean_dy, b)
+        if g == 0.0:
+            return b
+        if g < 0:
+            if b >= hi:
+                return hi
+            a, ga = b, g
+        else:
+            if b <= lo:
+                return lo
+            c, gc = b, g
+        new = b - g / h if h > 0 else math.inf
+        newton = a < new < c
+        if not newton:
+            if ga is not None and gc is not None:
+                new = a - ga * (c - a) / (gc - ga)
+                if not (a < new < c) or min(new - a, c - new) < 0.01 * (c - a):
+                    new = math.sqrt(a * c)
+            elif ga is None:
+                new = max(b / 8.0, lo)
+            else:
+                new = min(b * 8.0, hi)
+        if abs(new - b) <= tol * b or (c - a) <= 1e-15 * c:
+            return new
+        b = new
+    return b
 
 
 def fit_temperature(
@@ -139,38 +219,27 @@ def fit_temperature(
     """The temperature minimising the mean multi-class NLL of ``softmax(logits / T)``.
 
     The NLL is convex in the inverse temperature b = 1/T (a log-sum-exp minus a linear
-    term), so it is unimodal in log T; we find the root of its derivative in b with a
-    safeguarded Newton iteration (Newton steps inside a shrinking bracket, bisection in
-    log b otherwise), in float64, to machine precision. The result is clipped to
-    ``[t_min, t_max]``: when the derivative has no root in that range the optimum lies on
-    the boundary (e.g. T -> infinity for logits that carry no information about the labels).
+    term), so the optimum is the root of its derivative in b, which we find with a
+    safeguarded Newton iteration (:func:`_newton`). Each pass is one sweep over the logits
+    minus their row maximum, kept in float32, with float64 accumulation
+    (:func:`_nll_derivatives`). On large inputs a fit on an evenly strided subsample of
+    the rows gives the starting point, so the full data need about three passes. The
+    result is clipped to ``[t_min, t_max]``: when the derivative has no root in that
+    range the optimum lies on the boundary (e.g. T -> infinity for logits that carry no
+    information about the labels).
     """
-    z = np.asarray(logits, dtype=np.float64)
-    zy = z[np.arange(z.shape[0]), np.asarray(labels)]
+    d, dy = _shifted_logits(logits, labels)
     lo, hi = 1.0 / t_max, 1.0 / t_min
-    _, g_lo, _ = _nll_derivatives(z, zy, lo)
-    if g_lo >= 0:
+    n, k = d.shape
+    b = 1.0
+    stride = n * k // _SUBSAMPLE
+    if stride >= 4 and n // stride >= 200:
+        b = _newton(d[::stride].contiguous(), float(dy[::stride].mean()), b, lo, hi, 1e-4)
+    b = _newton(d, float(dy.mean()), b, lo, hi, 1e-6)
+    if b <= lo:
         return float(t_max)
-    _, g_hi, _ = _nll_derivatives(z, zy, hi)
-    if g_hi <= 0:
+    if b >= hi:
         return float(t_min)
-    b = min(max(1.0, lo), hi)
-    for _ in range(200):
-        _, g, h = _nll_derivatives(z, zy, b)
-        if g == 0.0:
-            break
-        if g < 0:
-            lo = b
-        else:
-            hi = b
-        step = g / h if h > 0 else np.inf
-        new = b - step
-        if not (lo < new < hi):
-            new = math.sqrt(lo * hi)  # bisection in log b
-        if abs(new - b) <= 1e-13 * b or hi - lo <= 1e-13 * hi:
-            b = new
-            break
-        b = new
     return float(1.0 / b)
 
 
@@ -179,7 +248,7 @@ class TemperatureScaling(DifferentiableRecalibrator):
 
     ``fit`` minimises the mean multi-class cross entropy (negative log-likelihood) of the
     labels under ``softmax(logits / T)`` over T, as in Guo et al. (2017), but to
-    convergence in float64 (see :func:`fit_temperature`) rather than with a few LBFGS
+    convergence (see :func:`fit_temperature`) rather than with a few LBFGS
     steps. The fitted value is kept in ``T_fit_``; the live value ``T_`` is read from the
     module, which joint training updates in place. The prediction never changes.
     """
