@@ -18,9 +18,13 @@ import traceback
 
 import bench_ece
 import bench_paper
+import bench_temperature
 import bench_training
 
-BENCHMARKS = {"training": bench_training, "ece": bench_ece, "paper": bench_paper}
+BENCHMARKS = {"training": bench_training, "ece": bench_ece, "temperature": bench_temperature,
+              "paper": bench_paper}
+#: benchmarks without --full / --device options (CPU-only, fixed sizes)
+FIXED = ("ece", "temperature")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, module in BENCHMARKS.items():
         if args.only and name not in args.only:
             continue
-        flags = ["--full"] if args.full and name != "ece" else []
-        if name != "ece":
+        flags = ["--full"] if args.full and name not in FIXED else []
+        if name not in FIXED:
             flags += ["--device", args.device]
         t0 = time.perf_counter()
         try:
