@@ -12,19 +12,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import numpy as np
-from common import machine, rule, target
-
-
-def best_of(fn, repeats: int) -> tuple[float, float]:
-    best, value = float("inf"), float("nan")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        value = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, value
+from common import best_of, machine, rule, target
 
 
 def main(argv: list[str] | None = None) -> list[str]:

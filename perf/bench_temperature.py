@@ -17,11 +17,10 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
 from functools import partial
 
 import numpy as np
-from common import machine, rule, target
+from common import best_of, machine, rule, target
 from scipy.optimize import minimize_scalar
 from scipy.special import logsumexp
 
@@ -107,15 +106,6 @@ def make_data(n, k, seed=0, temperature=2.0):
     p /= p.sum(1, keepdims=True)
     labels = (p.cumsum(1) < rng.random((n, 1))).sum(1).clip(0, k - 1)
     return z, labels
-
-
-def best_of(fn, repeats):
-    best, value = float("inf"), None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        value = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, value
 
 
 def main(argv: list[str] | None = None) -> list[str]:

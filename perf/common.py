@@ -76,6 +76,16 @@ def matmul_peak(device: Any, size: int | None = None, seconds: float = 1.5) -> f
     return 2.0 * size**3 / best / 1e9
 
 
+def best_of(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+    """(fastest wall time of ``repeats`` calls in seconds, the last call's value)."""
+    best, value = float("inf"), None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        value = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, value
+
+
 def target(label: str, ok: bool, detail: str) -> str:
     line = f"  target {label}: {detail} -> {'MET' if ok else 'MISSED'}"
     print(line)
