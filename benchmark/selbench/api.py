@@ -457,6 +457,20 @@ class Backbone(PluginBase, abc.ABC):
         """
 
 
+def _flag_follows_type(cls: type, flag: str, type_name: str, what: str, needs: str) -> None:
+    """``cls.<flag>`` must say whether ``cls`` subclasses the protocol type ``type_name``
+    (a ``TypeError`` when the class is defined otherwise)."""
+    protocol = globals().get(type_name)
+    if protocol is None:  # defining the protocol type itself
+        return
+    value = getattr(cls, flag)
+    if bool(value) != issubclass(cls, protocol):
+        raise TypeError(
+            f"{cls.__qualname__}: {flag} = {value!r} contradicts its type; {what} is {flag} "
+            f"by subclassing selbench.{type_name} (and implementing {needs})"
+        )
+
+
 class Recalibrator(PluginBase, abc.ABC):
     """h: maps a model's outputs to a recalibrated top-label confidence.
 
@@ -482,15 +496,8 @@ class Recalibrator(PluginBase, abc.ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        differentiable_type = globals().get("DifferentiableRecalibrator")
-        if differentiable_type is None:  # defining DifferentiableRecalibrator itself
-            return
-        if bool(cls.differentiable) != issubclass(cls, differentiable_type):
-            raise TypeError(
-                f"{cls.__qualname__}: differentiable = {cls.differentiable!r} contradicts its "
-                "type; a recalibrator is differentiable by subclassing "
-                "selbench.DifferentiableRecalibrator (and implementing module())"
-            )
+        _flag_follows_type(cls, "differentiable", "DifferentiableRecalibrator",
+                           "a recalibrator", "module()")
 
     @abc.abstractmethod
     def fit(self, outputs: ModelOutputs, context: FitContext) -> Recalibrator:
@@ -616,15 +623,8 @@ class Selector(PluginBase, abc.ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        trainable_type = globals().get("TrainableSelector")
-        if trainable_type is None:  # defining TrainableSelector itself
-            return
-        if bool(cls.trainable) != issubclass(cls, trainable_type):
-            raise TypeError(
-                f"{cls.__qualname__}: trainable = {cls.trainable!r} contradicts its type; a "
-                "selector is trainable by subclassing selbench.TrainableSelector (and "
-                "implementing inputs() and init_module())"
-            )
+        _flag_follows_type(cls, "trainable", "TrainableSelector", "a selector",
+                           "inputs() and init_module()")
 
     @abc.abstractmethod
     def fit(

@@ -334,21 +334,14 @@ class Registry:
                 except (Exception, SystemExit) as exc:
                     plugins, problem = [], _failure(exc)
                 if problem is not None:
-                    where = f"{hook_name}() of {origin}"
-                    if provider == BUILTIN_NAME:
-                        raise PluginError(f"built-in plugins: {where}: {problem}")
-                    self.skipped.append(f"{where}: {problem}")
-                    warn(f"skipped {where}: {problem}")
+                    self._reject(provider, f"{hook_name}() of {origin}", problem)
                     continue
                 version = _provider_version(pm, impl.plugin)
                 for plugin in plugins:
                     problem = factory_problem(kind, plugin)
                     if problem is not None:
-                        where = f"{kind} plugin {plugin.name!r} of {origin}"
-                        if provider == BUILTIN_NAME:
-                            raise PluginError(f"built-in plugins: {where}: {problem}")
-                        self.skipped.append(f"{where}: {problem}")
-                        warn(f"skipped {where}: {problem}")
+                        self._reject(provider, f"{kind} plugin {plugin.name!r} of {origin}",
+                                     problem)
                         continue
                     if plugin.version is None and version is not None:
                         plugin = dataclasses.replace(plugin, version=version)
@@ -360,6 +353,14 @@ class Registry:
                             f"{provider!r} ({origin.package()}); uninstall or rename one"
                         )
                     self._by_kind[kind][plugin.name] = Registered(kind, plugin, provider, origin)
+
+    def _reject(self, provider: str, where: str, problem: str) -> None:
+        """A built-in that fails is an error; a third party's failure is skipped, with a
+        warning."""
+        if provider == BUILTIN_NAME:
+            raise PluginError(f"built-in plugins: {where}: {problem}")
+        self.skipped.append(f"{where}: {problem}")
+        warn(f"skipped {where}: {problem}")
 
     def names(self, kind: str) -> list[str]:
         self._check_kind(kind)
