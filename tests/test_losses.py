@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import pytest
 import torch
 from pydantic import ValidationError
@@ -35,7 +37,8 @@ def test_s_tlbce_value():
 def test_s_mce_value_uses_the_true_label():
     log_probs = torch.log(t64([[0.8, 0.1, 0.1], [0.6, 0.3, 0.1], [0.2, 0.5, 0.3]]))
     labels = torch.tensor([0, 2, 1])
-    loss = build("s-mce")(t64(G), t64(CONF), t64(CORRECT), log_probs, labels)
+    label_lp = log_probs.gather(1, labels[:, None]).squeeze(1)
+    loss = build("s-mce")(t64(G), t64(CONF), t64(CORRECT), label_lp)
     expected = -(1.0 * math.log(0.8) + 0.5 * math.log(0.1) + 0.25 * math.log(0.5)) / 3
     assert loss.item() == pytest.approx(expected, rel=1e-12)
 
@@ -49,7 +52,7 @@ def test_s_mce_equals_s_tlbce_for_two_classes():
     conf = torch.where(pred == 1, p1, 1 - p1)
     correct = (pred == labels).double()
     g = t64([0.9, 0.2, 0.6, 0.4])
-    a = build("s-mce")(g, conf, correct, log_probs, labels)
+    a = build("s-mce")(g, conf, correct, log_probs.gather(1, labels[:, None]).squeeze(1))
     b = build("s-tlbce")(g, conf, correct)
     assert a.item() == pytest.approx(b.item(), rel=1e-12)
 
@@ -113,7 +116,7 @@ def test_gradcheck_s_mce(normalize):
     labels = torch.tensor([0, 2, 1])
     log_probs = torch.log_softmax(t64([[2.0, 0.5, 0.1], [1.0, 0.2, 0.4], [0.3, 1.5, 0.0]]), 1)
     assert torch.autograd.gradcheck(
-        lambda g, c, lp: loss(g, c, y, lp, labels),
+        lambda g, c, lp: loss(g, c, y, lp.gather(1, labels[:, None]).squeeze(1)),
         (t64([0.9, 0.2, 0.5], True), t64([0.8, 0.6, 0.3], True), log_probs.requires_grad_()),
     )
 
@@ -139,7 +142,7 @@ def test_gradcheck_coverage(name):
 def test_s_mce_without_log_probs_is_a_clear_error():
     loss = build("s-mce")
     assert loss.needs_log_probs and not build("s-tlbce").needs_log_probs
-    with pytest.raises(ValueError, match="log_probs"):
+    with pytest.raises(ValueError, match="label_log_prob"):
         loss(t64(G), t64(CONF), t64(CORRECT))
 
 
@@ -157,3 +160,44 @@ def test_params_are_validated():
         reg.build({"width": 0.0})
     with pytest.raises(ValidationError):
         get_registry().get("loss", "quadratic").build({"lambda": 1.0})
+
+
+# ---------------------------------------------------------------- replica rows
+@pytest.mark.parametrize("name,params", [
+    ("s-tlbce", {}), ("s-tlbce", {"normalize": True}), ("s-mce", {}),
+    ("s-mmce", {"q": 1}), ("s-mmce", {"q": 2, "normalize": True}),
+])
+def test_selection_losses_of_r_replicas_equal_each_row_alone(name, params):
+    """Written once: on [R, B] tensors (how the training engine calls them) a loss returns
+    [R], row r equal to the loss of row r alone, and its gradient is each row's own."""
+    gen = torch.Generator().manual_seed(4)
+    g = (torch.rand(3, 9, generator=gen, dtype=torch.float64) * 0.9 + 0.05).requires_grad_()
+    c = (torch.rand(3, 9, generator=gen, dtype=torch.float64) * 0.6 + 0.3).requires_grad_()
+    y = (torch.rand(3, 9, generator=gen, dtype=torch.float64) < 0.6).double()
+    lp = torch.log(c.detach() * 0.9)
+    loss = build(name, params)
+    together = loss(g, c, y, lp)
+    assert together.shape == (3,)
+    together.sum().backward()
+    for r in range(3):
+        gr, cr = g.detach()[r].clone().requires_grad_(), c.detach()[r].clone().requires_grad_()
+        alone = loss(gr, cr, y[r], lp[r])
+        alone.backward()
+        assert alone.item() == pytest.approx(together[r].item(), rel=1e-12)
+        np.testing.assert_allclose(gr.grad.numpy(), g.grad[r].numpy(), rtol=1e-12)
+        if cr.grad is None:  # s-mce does not read the confidence
+            assert c.grad is None or not c.grad[r].any()
+        else:
+            np.testing.assert_allclose(cr.grad.numpy(), c.grad[r].numpy(), rtol=1e-12,
+                                       atol=1e-15)
+
+
+@pytest.mark.parametrize("name", ["quadratic", "log-coverage"])
+def test_coverage_losses_take_one_beta_and_lambda_per_row(name):
+    g = torch.tensor([[0.9, 0.2, 0.5], [0.3, 0.3, 0.8]], dtype=torch.float64)
+    beta = torch.tensor([0.7, 0.5], dtype=torch.float64)
+    cov = build(name, {"lam": 3.0})
+    together = cov(g, beta)
+    assert together.shape == (2,)
+    for r in range(2):
+        assert cov(g[r], float(beta[r])).item() == pytest.approx(together[r].item(), rel=1e-12)

@@ -422,18 +422,7 @@ def test_builtin_modules_implement_the_declared_protocols():
     assert isinstance(sel.init_module(out, ctx), StackableModule)
 
 
-def test_losses_and_recalibrators_declare_their_batched_hooks_on_the_base_class():
-    from selbench.api import CoverageLoss, SelectionLoss
-
-    class Plain(SelectionLoss):
-        def __call__(self, g, confidence, correct, log_probs=None, labels=None):
-            return (g * confidence).mean()
-
-    class PlainCoverage(CoverageLoss):
-        def __call__(self, g, beta):
-            return g.mean()
-
-    assert Plain.batched([Plain()]) is None and PlainCoverage.batched([PlainCoverage()]) is None
+def test_recalibrators_fit_many_defaults_to_fit_one_by_one():
     seen = []
 
     class Recorded(_Shrink):

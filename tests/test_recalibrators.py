@@ -438,27 +438,21 @@ def _check_top_label_pairs(conf, correct, label_lp):
 
 
 class _RecordingLoss(SelectionLoss):
-    """S-MCE-like loss (binary: equal to S-TLBCE) that records what the scheme passes it."""
+    """S-MCE-like loss (binary: equal to S-TLBCE) that records, row by row, what the scheme
+    passes it (the training engine calls it on [R, B] tensors, one row per replica)."""
 
     needs_log_probs = True
 
     def __init__(self):
         self.seen = []
 
-    def __call__(self, g, confidence, correct, log_probs=None, labels=None):
-        lp = log_probs.gather(1, labels.view(-1, 1)).squeeze(1)
-        self.seen.append((confidence.detach().numpy(), correct.numpy(), lp.detach().numpy()))
-        return -(g * lp).mean()
-
-    @classmethod
-    def batched(cls, losses):
-        def fn(g, confidence, correct, label_log_prob=None):
-            for r, loss in enumerate(losses):
-                loss.via_batched = True
-                loss.seen.append((confidence[r].detach().numpy(), correct[r].numpy(),
-                                  label_log_prob[r].detach().numpy()))
-            return -(g * label_log_prob).mean(-1)
-        return fn
+    def __call__(self, g, confidence, correct, label_log_prob=None):
+        rows = confidence.reshape(-1, confidence.shape[-1])
+        for r in range(rows.shape[0]):
+            self.seen.append((rows[r].detach().numpy(),
+                              correct.reshape(rows.shape)[r].numpy(),
+                              label_log_prob.reshape(rows.shape)[r].detach().numpy()))
+        return -(g * label_log_prob).mean(-1)
 
 
 @pytest.mark.parametrize("scheme", ["sequential", "joint"])
@@ -478,11 +472,11 @@ def test_training_sees_the_binary_platt_prediction_and_its_correctness(scheme, b
         for j in jobs:
             sch.fit(j.outputs, selector=j.selector, recalibrator=j.recalibrator, loss=j.loss,
                     coverage=j.coverage, context=j.context)
+    seen = [row for job in jobs for row in job.loss.seen]
+    assert len(seen) == 2 * 3 * 5  # replicas x epochs x batches
+    for conf, correct, label_lp in seen:
+        _check_top_label_pairs(conf, correct, label_lp)
     for job in jobs:
-        assert getattr(job.loss, "via_batched", False) == batched
-        assert len(job.loss.seen) == 3 * 5
-        for conf, correct, label_lp in job.loss.seen:
-            _check_top_label_pairs(conf, correct, label_lp)
         rec = job.recalibrator
         assert np.mean(rec.predict(out) != out.predictions()) > 0.15
         if scheme == "joint":  # h was trained, and evaluates as it was trained

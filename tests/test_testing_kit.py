@@ -249,18 +249,18 @@ class LinearGate(TrainableSelector):
 class AbsLoss(SelectionLoss):
     """Mean of ĝ |correct - confidence|."""
 
-    def __call__(self, g, confidence, correct, log_probs=None, labels=None):
+    def __call__(self, g, confidence, correct, label_log_prob=None):
         if confidence.shape != g.shape:
             raise ValueError(f"confidence: expected shape {tuple(g.shape)}, got "
                              f"{tuple(confidence.shape)}")
-        return (g * (correct - confidence).abs()).mean()
+        return (g * (correct - confidence).abs()).mean(-1)
 
 
 class Coverage(CoverageLoss):
     """The paper's quadratic coverage loss with lambda = 1."""
 
     def __call__(self, g, beta):
-        return (beta - g.mean()) ** 2
+        return (beta - g.mean(-1)) ** 2
 
 
 class Tiny(Dataset):
@@ -672,10 +672,14 @@ def test_losses():
             return super().__call__(*args, **kwargs).detach()
 
     class NoShapeCheck(AbsLoss):
-        def __call__(self, g, confidence, correct, log_probs=None, labels=None):
+        def __call__(self, g, confidence, correct, label_log_prob=None):
             return (g[: len(confidence)] * (correct[: len(confidence)] - confidence)).mean()
 
-    what = "loss(g, confidence, correct, log_probs, labels)"
+    class WholeMean(AbsLoss):  # reduces over the replicas too
+        def __call__(self, g, confidence, correct, label_log_prob=None):
+            return super().__call__(g, confidence, correct).mean()
+
+    what = "loss(g, confidence, correct, label_log_prob)"
     assert str(failure("loss", ReturnsFloat, "check_loss_value")) == (
         f"loss ReturnsFloat: check_loss_value: {what} returned a float, expected a torch.Tensor")
     assert str(failure("loss", Detached, "check_loss_value")) == (
@@ -685,6 +689,10 @@ def test_losses():
         "loss NoShapeCheck: check_loss_rejects_mismatched_shapes: loss(g [24], <confidence "
         "[23]>, correct [24]) returned a Tensor instead of raising a ValueError whose message "
         "names 'confidence'")
+    assert str(failure("loss", WholeMean, "check_loss_replica_rows")) == (
+        "loss WholeMean: check_loss_replica_rows: loss(g [R, B], confidence [R, B], correct "
+        "[R, B], label_log_prob [R, B]) returned a Tensor, expected a tensor of shape (3,): "
+        "reduce over the last dimension only (e.g. .mean(-1))")
     check_plugin("loss", Coverage)
     assert "check_loss_rejects_mismatched_shapes" not in dict(plugin_checks("loss", Coverage))
 

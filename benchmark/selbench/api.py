@@ -52,13 +52,14 @@ signature (the style of selbench 0.1).
 ============================  ===================================================================
 
 The torch modules these return follow :class:`RecalibratorModule` and, where the prediction
-can change, :class:`PredictingModule`. The **batched-training protocol** (optional: many
-replicas of a method trained as one model) is :class:`StackableModule` (module classes with
-``stacked``), :class:`StackedSelectorModule`, :class:`StackedRecalibratorModule` (and
-:class:`StackedPredictingModule`) and the ``batched`` class methods of the losses; schemes fall back to training replica by replica
-for anything that does not implement it. The registry checks, when a plugin is registered,
-that a factory class subclasses its kind's base class (:data:`KIND_BASES`); the object a
-factory function returns is checked when it is built.
+can change, :class:`PredictingModule`. Trainable modules are trained by the training engine
+(:mod:`selbench.engine`), which trains R ≥ 1 replicas as one model: any module is batched
+through ``torch.func``; a module class may add a faster hand-stacked implementation
+(:class:`StackableModule` returning a :class:`StackedSelectorModule` or
+:class:`StackedRecalibratorModule`, and :class:`StackedPredictingModule`). Losses are
+written once for any leading (replica) dimensions. The registry checks, when a plugin is
+registered, that a factory class subclasses its kind's base class (:data:`KIND_BASES`); the
+object a factory function returns is checked when it is built.
 
 **Capabilities.** Plugins declare, as class attributes, what they need from each other, so
 that ``selbench validate`` (and ``run``, before any computation) rejects a combination that
@@ -590,8 +591,10 @@ class DifferentiableRecalibrator(Recalibrator):
       gradients), so training done by a scheme is what the evaluation sees;
     * a module whose prediction can differ from ``argmax(logits)`` is a
       :class:`PredictingModule`;
-    * optionally, the module's class implements the batched-training protocol
-      (:class:`StackableModule` returning a :class:`StackedRecalibratorModule`).
+    * a scheme trains the replicas of a method together (:mod:`selbench.engine`, through
+      ``torch.func`` for any module); optionally, the module's class adds a faster
+      hand-stacked implementation (:class:`StackableModule` returning a
+      :class:`StackedRecalibratorModule`).
 
     A parameter-free module (the identity) is never trained: its output is computed once.
     """
@@ -649,8 +652,10 @@ class TrainableSelector(Selector):
       it; the scheme trains it in place (possibly on ``context.device``, moving it back to
       the CPU at the end);
     * :meth:`score` runs ``module_`` in eval mode without gradients;
-    * optionally, the module's class implements the batched-training protocol
-      (:class:`StackableModule` returning a :class:`StackedSelectorModule`).
+    * a scheme trains the replicas of a method together (:mod:`selbench.engine`, through
+      ``torch.func`` for any module); optionally, the module's class adds a faster
+      hand-stacked implementation (:class:`StackableModule` returning a
+      :class:`StackedSelectorModule`).
     """
 
     trainable: ClassVar[bool] = True
@@ -675,9 +680,16 @@ class TrainableSelector(Selector):
 
 
 class SelectionLoss(PluginBase, abc.ABC):
-    """A selective calibration loss l(ĝ, h) over a batch (S-TLBCE, S-MCE, S-MMCE)."""
+    """A selective calibration loss l(ĝ, h) over a batch (S-TLBCE, S-MCE, S-MMCE).
 
-    #: True when the loss needs the full recalibrated log-probability vector (S-MCE).
+    Written once for any leading (replica) dimensions: the training engine calls it on
+    ``[R, B]`` tensors (R replicas of a method trained as one model, R = 1 alone) and sums
+    the ``[R]`` result; a ``[B]`` call gives a scalar. Replica ``r``'s value must depend on
+    row ``r`` only.
+    """
+
+    #: True when the loss needs the recalibrated log-probability of each example's label
+    #: (S-MCE): the scheme reads it off the recalibrator's log-probability vector.
     needs_log_probs: ClassVar[bool] = False
 
     @abc.abstractmethod
@@ -686,40 +698,22 @@ class SelectionLoss(PluginBase, abc.ABC):
         g: torch.Tensor,
         confidence: torch.Tensor,
         correct: torch.Tensor,
-        log_probs: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
+        label_log_prob: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Scalar loss. ``g``: soft selection in [0,1] ``[B]``; ``confidence``: recalibrated
-        top-label confidence ``[B]``; ``correct``: 0/1 ``[B]``."""
-
-    @classmethod
-    def batched(cls, losses: Sequence[SelectionLoss]) -> Callable[..., torch.Tensor] | None:
-        """The loss of R replicas at once (batched-training protocol), or ``None``.
-
-        ``losses`` are the replicas' loss objects. Returns ``fn(g, confidence, correct,
-        label_log_prob) -> [R]``, the per-replica losses, for ``[R, B]`` tensors;
-        ``label_log_prob`` is the recalibrated log-probability of each example's label
-        (``None`` unless :attr:`needs_log_probs`), which is all S-MCE reads of the
-        log-probability vector. Replica ``r``'s value must be what ``losses[r](g[r],
-        confidence[r], correct[r], ...)`` returns, to float rounding. The default is
-        ``None``: the replicas are trained one by one.
-        """
-        return None
+        """The loss ``[...]`` of each leading index. ``g``: soft selection in [0,1]
+        ``[..., B]``; ``confidence``: recalibrated top-label confidence ``[..., B]``;
+        ``correct``: 0/1 ``[..., B]``; ``label_log_prob``: recalibrated log-probability of
+        each example's label ``[..., B]`` (given when :attr:`needs_log_probs`)."""
 
 
 class CoverageLoss(PluginBase, abc.ABC):
-    """A coverage term λ·L_cov(β) that keeps ĝ from rejecting everything."""
+    """A coverage term λ·L_cov(β) that keeps ĝ from rejecting everything; like
+    :class:`SelectionLoss`, written for any leading (replica) dimensions."""
 
     @abc.abstractmethod
-    def __call__(self, g: torch.Tensor, beta: float) -> torch.Tensor:
-        """Scalar loss, weight included, for soft selections ``g`` and target coverage β."""
-
-    @classmethod
-    def batched(cls, losses: Sequence[CoverageLoss]) -> Callable[..., torch.Tensor] | None:
-        """The coverage loss of R replicas at once (batched-training protocol), or
-        ``None`` (the default: trained one by one): ``fn(g [R, B], beta [R]) -> [R]``,
-        replica ``r`` with its own parameters and β."""
-        return None
+    def __call__(self, g: torch.Tensor, beta: float | torch.Tensor) -> torch.Tensor:
+        """The loss ``[...]``, weight included, for soft selections ``g [..., B]`` and target
+        coverage β (a float, or one per leading index ``[...]``)."""
 
 
 @dataclass
@@ -783,9 +777,10 @@ class Scheme(PluginBase, abc.ABC):
     def fit_many(self, jobs: Sequence[FitJob]) -> Scheme:
         """Fit every job as ``self.fit(job.outputs, selector=job.selector, ...)`` would.
 
-        The runner calls this once per method with all the unfinished replicas of that
-        method (its seeds × training β), so that a scheme can train replicas that share
-        data shapes together (e.g. as one model with a leading replica dimension). An
+        The runner (and :class:`~selbench.SelectiveRecalibrator`, with one job) always
+        calls this: once per method with all the unfinished replicas of that method (its
+        seeds × training β), so that a scheme can train replicas that share data shapes
+        together (the built-in training schemes use :mod:`selbench.engine`). An
         override must leave every job's selector and recalibrator exactly as its own
         ``fit`` call would (to float tolerance): same initial weights, batch order and
         random draws, each seeded by its own ``job.context``. The default fits the jobs one
@@ -816,32 +811,29 @@ KIND_BASES: dict[str, tuple[type, ...]] = {
 }
 
 
-# --------------------------------------------------------------------------- batched training
+# --------------------------------------------------------------------------- training engine
 @runtime_checkable
 class StackableModule(Protocol):
     """A module (g's from :meth:`TrainableSelector.init_module`, h's from
-    :meth:`DifferentiableRecalibrator.module`) whose class can stack R replicas into one
-    batched module, so that a scheme trains all replicas of a method (seeds × training β)
-    as one model with a leading replica dimension.
+    :meth:`DifferentiableRecalibrator.module`) whose class has its own hand-stacked
+    implementation for the training engine (:mod:`selbench.engine`), used instead of the
+    generic ``torch.func`` one; worth writing only where it is measurably faster.
 
-    ``type(m).stacked(modules, streams, split=1)`` receives the R replicas, all of that
-    class and of equal shapes, in *streams* of ``R / streams`` consecutive replicas that
-    read identical mini-batches (same seed and data); ``split`` is a hint for balancing CPU
-    threads that it may ignore. It returns a :class:`StackedSelectorModule` (selectors) or
-    a :class:`StackedRecalibratorModule` (recalibrators) whose parameters start from the
-    replicas' own values. Each replica must end exactly where its solo training would (to
+    ``type(m).stacked(modules)`` receives R replicas, all of that class and of equal shapes,
+    and returns a :class:`StackedSelectorModule` (selectors) or a
+    :class:`StackedRecalibratorModule` (recalibrators) whose parameters start from the
+    replicas' own values. Each replica must end where its own training alone would (to
     float rounding).
     """
 
     @classmethod
-    def stacked(cls, modules: Sequence[Any], streams: int = 1, split: int = 1) -> Any: ...
+    def stacked(cls, modules: Sequence[Any]) -> Any: ...
 
 
 @runtime_checkable
 class StackedSelectorModule(Protocol):
-    """R selector networks as one: ``forward(x [streams, B, d_in]) -> ĝ [R, B]`` (replica
-    ``r`` reads ``x[r // (R / streams)]``); :meth:`write_back` copies the trained values
-    into the replicas' own modules."""
+    """R selector networks as one: ``forward(x [R, B, d_in]) -> ĝ [R, B]``;
+    :meth:`write_back` copies the trained values into the replicas' own modules."""
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
 
@@ -852,12 +844,12 @@ class StackedSelectorModule(Protocol):
 class StackedRecalibratorModule(Protocol):
     """R recalibrator modules as one.
 
-    * ``uses_features``: whether ``forward`` reads the features (else they are not stacked);
+    * ``uses_features``: whether ``forward`` reads the features (else they are not passed);
     * ``prepare(logits [U, n, K], features [U, n, d] | None, labels [U, n] | None)``: the
-      per-example tensors ``{name: [U, n, ...]}`` computed once before training (the
-      scheme permutes and slices them into batches);
-    * ``forward(batch, features [U, B, d] | None, need_log_prob) -> (confidence [R, B],
-      log-probability of the label [R, B] | None)``;
+      per-example tensors ``{name: [U, n, ...]}`` of the U distinct data copies, computed
+      once before training (the engine gathers each replica's mini-batches from them);
+    * ``forward(batch {name: [R, B, ...]}, features [R, B, d] | None, need_log_prob) ->
+      (confidence [R, B], log-probability of the label [R, B] | None)``;
     * ``write_back(modules)``: copy the trained values into the replicas' own modules;
     * when the replicas' prediction can change (their modules are
       :class:`PredictingModule` s), it is a :class:`StackedPredictingModule` too.

@@ -8,7 +8,7 @@ cell. Hand-written version strings play no part in reuse.
 defines it together with every module of the same top-level package that module imports,
 directly or through others, found by reading the ``import`` statements of the source (also
 those inside functions, which a look at ``sys.modules`` would miss), and every module of
-selbench's plugin toolkit (:data:`SUPPORT_MODULES`: the torch, vision and input-check helpers
+selbench's plugin toolkit (:data:`SUPPORT_MODULES`: the training engine, the torch, vision and input-check helpers
 plugins build on) it imports. A module without Python source (a compiled extension) enters
 by the bytes of its file. Modules of other packages (numpy, torch, the rest of selbench) are
 not included: they are identified by their versions in the run's provenance.
@@ -39,7 +39,7 @@ CORE_MODULES: tuple[str, ...] = ("selbench.metrics", "selbench.data", "selbench.
 #: selbench's modules that plugins build on (their code decides the numbers of the plugins
 #: that import them): part of the digest of every plugin module that imports them.
 SUPPORT_MODULES: frozenset[str] = frozenset(
-    {"selbench.checks", "selbench.torchutils", "selbench.vision"}
+    {"selbench.checks", "selbench.engine", "selbench.torchutils", "selbench.vision"}
 )
 
 

@@ -380,9 +380,9 @@ class SelectiveRecalibrator(BaseEstimator):
 
     def _fit_built(self, built: _Built, outputs: ModelOutputs,
                    features_given: bool = True) -> SelectiveRecalibrator:
-        """Fit built components with the scheme's ``fit`` and keep them (the runner's path)."""
-        built.scheme.fit(outputs, selector=built.selector, recalibrator=built.recalibrator,
-                         loss=built.loss, coverage=built.coverage, context=built.context)
+        """Fit built components as one job of the scheme's ``fit_many`` (what the runner
+        calls for all cells of a method) and keep them."""
+        built.scheme.fit_many([built.job(outputs)])
         return self._adopt(built, outputs, features_given)
 
     def _adopt(self, built: _Built, outputs: ModelOutputs,

@@ -8,16 +8,15 @@ each coverage β, and measured. Every finished cell is written atomically to
 ``OUT/cells/...``, keyed by a hash of everything that determines it, so an interrupted run
 picks up where it stopped and a changed method recomputes only its own cells.
 
-When a method's scheme overrides :meth:`~selbench.api.Scheme.fit_many` (the training
-schemes do, to train all replicas as one batched model), the unfinished cells of that
-method — its seeds × training β — are fitted by one ``fit_many`` call, then evaluated and
-written one by one as above; otherwise each cell is fitted on its own.
+The unfinished cells of a method — its seeds × training β — are always fitted by one
+:meth:`~selbench.api.Scheme.fit_many` call (the training schemes train them as one model
+with :mod:`selbench.engine`; a scheme that does not override it fits them one by one), then
+evaluated and written one by one as above.
 
 Each cell is a :class:`~selbench.estimator.SelectiveRecalibrator` whose parameters are the
 method's YAML fields (``scheme``, ``selector``, ``recalibrator``, ``loss``, ``coverage``, with
 their validated params) and the cell's training β, seed and device: the estimator builds the
-plugins from the registry, fits them (``fit``, or its components as one job of
-``fit_many``) and scores and measures the evaluation data, so a Python user fitting the same
+plugins from the registry, fits them (its components as one job of ``fit_many``) and scores and measures the evaluation data, so a Python user fitting the same
 estimator on the same rows gets the cell's numbers. The runner knows nothing about individual
 plugins: it drives them through the interfaces in :mod:`selbench.api`.
 """
@@ -540,11 +539,6 @@ class FittedCell:
         return self.estimator.recalibrator_
 
 
-def batches(scheme: Any) -> bool:
-    """Whether a scheme fits many replicas together (overrides ``Scheme.fit_many``)."""
-    return getattr(type(scheme), "fit_many", Scheme.fit_many) is not Scheme.fit_many
-
-
 def method_groups(cells: list[Cell]) -> list[list[Cell]]:
     """Consecutive cells of one method (its seeds × training β), in plan order."""
     groups: list[list[Cell]] = []
@@ -608,15 +602,6 @@ class _Method:
     def build(self, attr: str) -> Any:
         """A new component ``attr`` (None for an absent loss), as the estimator builds it."""
         return self.building(attr, lambda: self.plan.build(attr))
-
-    def fit(self, cell: Cell, outputs: ModelOutputs, device: str) -> SelectiveRecalibrator:
-        """Fit one cell's estimator on ``outputs`` with the scheme's ``fit``."""
-        est = self.estimator(cell.seed, cell.train_beta, device)
-        built = est._build(wrap=self.building, plan=self.plan)
-        self.run("fitting", lambda: _fit_guarded(lambda: est._fit_built(built, outputs),
-                                                 [(built.recalibrator, built.selector)],
-                                                 self.pair_names()))
-        return est
 
     def pair_names(self) -> tuple[str, str]:
         return self.names["recalibrator"], self.names["selector"]
@@ -696,10 +681,10 @@ def run_cell(
     outputs: dict[str, ModelOutputs],
     device: str,
     m: _Method,
-    fitted: FittedCell | None = None,
+    fitted: FittedCell,
     memo: dict | None = None,
 ) -> tuple[CellRecord, dict[str, np.ndarray] | None]:
-    """Fit (unless ``fitted`` is given), score, threshold and measure one cell.
+    """Score, threshold and measure one cell fitted by :func:`fit_group`.
 
     ``memo`` (one dict per method) keeps the scores of each distinct fitted state on each
     evaluation set: cells whose fitted selector and recalibrator are identical (e.g. a
@@ -727,15 +712,9 @@ def run_cell(
             memo["eval_rows"], memo["eval_out"] = rows_key, eval_out
 
     timing: dict[str, float] = {}
-    if fitted is None:
-        fit_out = fit_all.subset(idx)
-        t0 = time.perf_counter()
-        est = m.fit(cell, fit_out, device)
-        timing["fit_s"] = round(time.perf_counter() - t0, 4)
-    else:
-        est = fitted.estimator
-        timing["fit_s"] = round(fitted.fit_s, 4)
-        timing["fit_batch"] = fitted.batch
+    est = fitted.estimator
+    timing["fit_s"] = round(fitted.fit_s, 4)
+    timing["fit_batch"] = fitted.batch
     selector, recalibrator = est.selector_, est.recalibrator_
     t1 = time.perf_counter()
     key = None
@@ -959,14 +938,13 @@ def _run_locked(resolved, results, cache, dev, progress, plots, force, only, tqd
                 memo: dict = {}
                 scheme = m.build("scheme")
                 try:
-                    if batches(scheme):
-                        bar.set_postfix_str(f"{exp.name}: {m.method.label} "
-                                            f"({len(group)} replicas)")
-                        fitted = fit_group(resolved, group, outputs, dev, scheme, m)
+                    bar.set_postfix_str(f"{exp.name}: {m.method.label} "
+                                        f"({len(group)} replicas)")
+                    fitted = fit_group(resolved, group, outputs, dev, scheme, m)
                     for cell in group:
                         bar.set_postfix_str(f"{exp.name}: {m.method.label} seed {cell.seed}")
                         record, arrays = run_cell(resolved, cell, outputs, dev, m,
-                                                  fitted.get(cell.key), memo)
+                                                  fitted[cell.key], memo)
                         fitted.pop(cell.key, None)  # free the fitted modules as we go
                         results.write_cell(cell.path, record, arrays)
                         report.computed += 1

@@ -40,8 +40,8 @@ checks that apply to a plugin):
   for differentiable recalibrators the module protocol and joint training.
 * **loss** (selection and coverage losses): a finite scalar tensor, differentiable in ĝ (and
   in the confidence, or the log-probabilities for a loss that ``needs_log_probs``),
-  deterministic, inputs untouched, shape errors, the batched protocol where the class offers
-  ``batched``, clone and pickle.
+  deterministic, inputs untouched, shape errors, replica rows (``[R, B]`` gives each row's
+  own value, as the training engine calls it), clone and pickle.
 * **scheme**: fitted with built-in companions chosen from its declared capabilities
   (selector ``mlp`` or ``confidence``, recalibrator ``temperature`` or ``none``, loss
   ``s-tlbce``, coverage ``quadratic``): ``fit`` returns ``self``, determinism, inputs untouched,
@@ -521,12 +521,6 @@ def _selection_loss(s: _Subject) -> str | None:
     return None if isinstance(s.probe, SelectionLoss) else "it is not a SelectionLoss"
 
 
-def _batched_loss(s: _Subject) -> str | None:
-    if not callable(getattr(type(s.probe), "batched", None)):
-        return "its class has no batched(losses) method"
-    return None
-
-
 # ---------------------------------------------------------------------------- fit / observe
 def _train_selector(selector: Any, outputs: ModelOutputs, context: FitContext) -> Any:
     """Train a trainable selector as the ``selection`` scheme does (h = ``none``)."""
@@ -835,8 +829,8 @@ def _loss_inputs(seed: int = 0, b: int = 24, k: int = K) -> dict[str, Any]:
     correct = (torch.rand(b, generator=gen) < 0.7).float()
     log_probs = torch.log_softmax(torch.randn(b, k, generator=gen), -1)
     labels = torch.randint(0, k, (b,), generator=gen)
-    return {"g": g, "confidence": conf, "correct": correct, "log_probs": log_probs,
-            "labels": labels}
+    label_lp = log_probs.gather(1, labels[:, None]).squeeze(1)
+    return {"g": g, "confidence": conf, "correct": correct, "label_log_prob": label_lp}
 
 
 def _loss_value(loss: Any, inputs: dict[str, Any] | None = None, *, grad: bool = False):
@@ -849,13 +843,13 @@ def _loss_value(loss: Any, inputs: dict[str, Any] | None = None, *, grad: bool =
         value = _call(what, loss, g, 0.8)
         leaves = {"g": g}
     else:
-        what = "loss(g, confidence, correct, log_probs, labels)"
-        conf, log_probs = leaf(inputs["confidence"]), leaf(inputs["log_probs"])
-        value = _call(what, loss, g, conf, inputs["correct"], log_probs, inputs["labels"])
-        # what h's training reads: the log-probabilities for a loss that needs them (S-MCE),
-        # else the confidence
+        what = "loss(g, confidence, correct, label_log_prob)"
+        conf, label_lp = leaf(inputs["confidence"]), leaf(inputs["label_log_prob"])
+        value = _call(what, loss, g, conf, inputs["correct"], label_lp)
+        # what h's training reads: the label's log-probability for a loss that needs it
+        # (S-MCE), else the confidence
         if getattr(loss, "needs_log_probs", False):
-            leaves = {"g": g, "log_probs": log_probs}
+            leaves = {"g": g, "label_log_prob": label_lp}
         else:
             leaves = {"g": g, "confidence": conf}
     return what, value, leaves
@@ -1226,41 +1220,38 @@ def check_loss_rejects_mismatched_shapes(s: _Subject) -> None:
     ``ValueError`` whose message names ``confidence``."""
     inputs = _loss_inputs()
     _expect_error("loss(g [24], <confidence [23]>, correct [24])", s.make(), inputs["g"],
-                  inputs["confidence"][:-1], inputs["correct"], inputs["log_probs"],
-                  inputs["labels"], names=("confidence",))
+                  inputs["confidence"][:-1], inputs["correct"], inputs["label_log_prob"],
+                  names=("confidence",))
 
 
-@_check("loss", applies=_batched_loss)
-def check_loss_batched(s: _Subject) -> None:
-    """A loss class offering ``batched(losses)`` (the batched training protocol) returns a
-    function of ``[R, B]`` tensors whose value for replica r is ``losses[r]``'s own value (to
-    1e-5), or None when the losses cannot share one call."""
+@_check("loss")
+def check_loss_replica_rows(s: _Subject) -> None:
+    """Called on ``[R, B]`` tensors (R replicas, as the training engine calls it), a loss
+    returns ``[R]`` whose entry r is its value on row r alone (to 1e-5); a coverage loss
+    takes one β per replica."""
     import torch
 
-    losses = [s.make() for _ in range(3)]
-    fn = _call("batched(losses)", type(losses[0]).batched, losses)
-    if fn is None:  # allowed: these losses are then trained replica by replica
-        return
+    loss = s.make()
     replicas = [_loss_inputs(seed) for seed in range(3)]
-    solo = [_loss_value(loss, inputs)[1].detach() for loss, inputs in zip(losses, replicas)]
+    solo = [_loss_value(loss, inputs)[1].detach() for inputs in replicas]
 
     def stack(key: str) -> torch.Tensor:
         return torch.stack([inputs[key] for inputs in replicas])
 
-    if isinstance(losses[0], CoverageLoss):
-        what = "batched(losses)(g [R, B], beta [R])"
-        together = _call(what, fn, stack("g"), torch.full((3,), 0.8))
+    if isinstance(loss, CoverageLoss):
+        what = "loss(g [R, B], beta [R])"
+        together = _call(what, loss, stack("g"), torch.full((3,), 0.8))
     else:
-        lp = stack("log_probs").gather(-1, stack("labels")[..., None]).squeeze(-1)
-        label_lp = lp if getattr(losses[0], "needs_log_probs", False) else None
-        what = "batched(losses)(g, confidence, correct, label_log_prob)"
-        together = _call(what, fn, stack("g"), stack("confidence"), stack("correct"), label_lp)
+        what = "loss(g [R, B], confidence [R, B], correct [R, B], label_log_prob [R, B])"
+        together = _call(what, loss, stack("g"), stack("confidence"), stack("correct"),
+                         stack("label_log_prob"))
     if not isinstance(together, torch.Tensor) or tuple(together.shape) != (3,):
-        raise _Broken(f"{what} returned {_brief(together)}, expected a tensor of shape (3,)")
+        raise _Broken(f"{what} returned {_brief(together)}, expected a tensor of shape (3,): "
+                      "reduce over the last dimension only (e.g. .mean(-1))")
     expected = torch.stack(solo).double().numpy()
     got = together.detach().double().numpy()
     if not _equal(expected, got, FIT_MANY_TOL):
-        raise _Broken(f"{what} differs from each loss's own value "
+        raise _Broken(f"{what} differs from its value on each row alone "
                       f"({_diff(expected, got, FIT_MANY_TOL)})")
 
 

@@ -2,8 +2,7 @@
 method's ``loss``) and coverage losses ``quadratic``, ``log-coverage`` (named by its
 ``coverage``). All are torch callables, differentiable in ĝ and in the recalibrated
 confidence; the training scheme minimises ``loss(ĝ, ĥ, y^c, ...) + coverage(ĝ, β)``. Each
-class implements the batched-training protocol (``batched``, see
-:meth:`selbench.api.SelectionLoss.batched` and :meth:`selbench.api.CoverageLoss.batched`).
+is written once for any leading (replica) dimensions (see :class:`selbench.api.SelectionLoss`).
 """
 
 from selbench.api import Plugin

@@ -1,5 +1,6 @@
 """Coverage losses λ·L_cov(β): ``quadratic`` (the paper's) and ``log-coverage`` (Fisch et
-al., 2022)."""
+al., 2022), written for any leading (replica) dimensions: ``g [..., B]`` and β (a float
+or a tensor ``[...]``) give ``[...]``."""
 
 from __future__ import annotations
 
@@ -8,20 +9,6 @@ from typing import Annotated
 import torch
 from pydantic import Field
 from selbench.api import CoverageLoss
-
-
-def _with_lam(lams: list[float], body):
-    """``fn(g, beta) = body(lam, g, beta)`` with ``lam`` the per-replica weights as a tensor,
-    made once per device and dtype (no allocation per step)."""
-    made: dict = {}
-
-    def fn(g: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
-        key = (g.device, g.dtype)
-        if key not in made:
-            made[key] = torch.tensor(lams, dtype=g.dtype, device=g.device)
-        return body(made[key], g, beta)
-
-    return fn
 
 
 class QuadraticCoverage(CoverageLoss):
@@ -40,19 +27,8 @@ class QuadraticCoverage(CoverageLoss):
     ) -> None:
         self.lam = lam
 
-    def __call__(self, g: torch.Tensor, beta: float) -> torch.Tensor:
-        return self.lam * (float(beta) - g.mean()) ** 2
-
-    @classmethod
-    def batched(cls, losses):
-        """The coverage loss of R replicas at once: ``fn(g [R, B], beta [R]) -> [R]``, where
-        replica ``r`` has its own λ (``losses[r].lam``) and β; ``None`` if any of
-        ``losses`` is not of this class."""
-        if any(type(loss) is not cls for loss in losses):
-            return None
-        lams = [float(loss.lam) for loss in losses]
-
-        return _with_lam(lams, lambda lam, g, beta: lam * (beta - g.mean(-1)) ** 2)
+    def __call__(self, g: torch.Tensor, beta: float | torch.Tensor) -> torch.Tensor:
+        return self.lam * (beta - g.mean(-1)) ** 2
 
 
 class LogCoverage(CoverageLoss):
@@ -70,15 +46,5 @@ class LogCoverage(CoverageLoss):
     ) -> None:
         self.lam = lam
 
-    def __call__(self, g: torch.Tensor, beta: float) -> torch.Tensor:
-        return self.lam * (-torch.log(g.clamp(1e-8, 1.0))).mean()
-
-    @classmethod
-    def batched(cls, losses):
-        """The loss of R replicas at once: ``fn(g [R, B], beta [R]) -> [R]`` (β unused),
-        replica ``r`` with its own λ; ``None`` if any of ``losses`` is not of this class."""
-        if any(type(loss) is not cls for loss in losses):
-            return None
-        lams = [float(loss.lam) for loss in losses]
-
-        return _with_lam(lams, lambda lam, g, beta: lam * (-torch.log(g.clamp(1e-8, 1.0))).mean(-1))
+    def __call__(self, g: torch.Tensor, beta: float | torch.Tensor) -> torch.Tensor:
+        return self.lam * (-torch.log(g.clamp(1e-8, 1.0))).mean(-1)

@@ -1,11 +1,11 @@
 """Selective calibration losses l(ĝ, h): ``s-tlbce``, ``s-mce``, ``s-mmce``.
 
-Each is the paper's per-batch ``l`` (Section 3.1). Besides the per-batch call, each loss class
-offers ``batched(losses)``: the same loss for R replicas at once (see
-:meth:`_Base.batched`), used by the schemes' batched training. The paper's ``L_sel`` divides ``l`` by
-the batch's mean ĝ; Appendix A (following Fisch et al., 2022) drops that denominator in
-training because the coverage loss already keeps ĝ away from 0. ``normalize=False`` (the
-default) drops it, ``normalize=True`` keeps it.
+Each is the paper's per-batch ``l`` (Section 3.1), written once for any number of leading
+(replica) dimensions: ``[B]`` tensors give a scalar, ``[R, B]`` tensors the R replicas'
+losses ``[R]`` (what the training engine, :mod:`selbench.engine`, passes). The paper's
+``L_sel`` divides ``l`` by the batch's mean ĝ; Appendix A (following Fisch et al., 2022)
+drops that denominator in training because the coverage loss already keeps ĝ away from 0.
+``normalize=False`` (the default) drops it, ``normalize=True`` keeps it.
 """
 
 from __future__ import annotations
@@ -26,17 +26,16 @@ Normalize = Annotated[bool, Field(
 )]
 
 
-def _check(g: torch.Tensor, confidence: torch.Tensor, correct: torch.Tensor) -> None:
-    if g.dim() != 1:
-        raise ValueError(f"g: expected a 1-D tensor [B] of soft selections, got shape {tuple(g.shape)}")
-    if confidence.shape != g.shape:
-        raise ValueError(
-            f"confidence: expected shape {tuple(g.shape)} like g, got {tuple(confidence.shape)}"
-        )
-    if correct.shape != g.shape:
-        raise ValueError(
-            f"correct: expected shape {tuple(g.shape)} like g, got {tuple(correct.shape)}"
-        )
+def _check(g: torch.Tensor, confidence: torch.Tensor, correct: torch.Tensor,
+           label_log_prob: torch.Tensor | None = None) -> None:
+    if g.dim() < 1:
+        raise ValueError("g: expected a tensor [..., B] of soft selections, got a scalar")
+    for name, t in (("confidence", confidence), ("correct", correct),
+                    ("label_log_prob", label_log_prob)):
+        if t is not None and t.shape != g.shape:
+            raise ValueError(
+                f"{name}: expected shape {tuple(g.shape)} like g, got {tuple(t.shape)}"
+            )
 
 
 class _Base(SelectionLoss):
@@ -44,22 +43,6 @@ class _Base(SelectionLoss):
         self.normalize = normalize
 
     def _finish(self, loss: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        if self.normalize:
-            loss = loss / g.mean().clamp_min(MIN_COVERAGE)
-        return loss
-
-    @classmethod
-    def batched(cls, losses):
-        """The loss of R replicas at once (see :meth:`selbench.api.SelectionLoss.batched`),
-        or ``None`` unless the replicas are all of this class with equal parameters."""
-        if any(type(loss) is not cls for loss in losses):
-            return None
-        params = {tuple(sorted(loss.get_params(deep=False).items())) for loss in losses}
-        if len(params) != 1:
-            return None
-        return losses[0]._batched
-
-    def _finish_batched(self, loss: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
         if self.normalize:
             loss = loss / g.mean(-1).clamp_min(MIN_COVERAGE)
         return loss
@@ -74,49 +57,33 @@ class STLBCE(_Base):
     of exactly 0 or 1 give finite values and gradients.
     """
 
-    def __call__(self, g, confidence, correct, log_probs=None, labels=None):
+    def __call__(self, g, confidence, correct, label_log_prob=None):
         _check(g, confidence, correct)
         bce = torch.nn.functional.binary_cross_entropy(
             confidence, correct.to(confidence.dtype), reduction="none"
         )
-        return self._finish((g * bce).mean(), g)
-
-    def _batched(self, g, confidence, correct, label_log_prob=None):
-        bce = torch.nn.functional.binary_cross_entropy(
-            confidence, correct.to(confidence.dtype), reduction="none"
-        )
-        return self._finish_batched((g * bce).mean(-1), g)
+        return self._finish((g * bce).mean(-1), g)
 
 
 class SMCE(_Base):
     """Selective multi-class cross entropy (l_S-MCE): ``-1/n Σ_i ĝ_i log h(f(x_i))_{y_i}``.
 
-    Needs the full recalibrated log-probability vector (``needs_log_probs``) and the
-    labels; log-probabilities are clamped at -100. For K = 2 it equals S-TLBCE.
+    Needs the recalibrated log-probability of each example's label (``needs_log_probs``:
+    the scheme takes it from h's log-probability vector), clamped at -100. For K = 2 it
+    equals S-TLBCE.
     """
 
     needs_log_probs = True
 
-    def __call__(self, g, confidence, correct, log_probs=None, labels=None):
-        _check(g, confidence, correct)
-        if log_probs is None or labels is None:
-            raise ValueError(
-                "log_probs: loss 's-mce' needs the recalibrated log-probabilities [B, K] and "
-                "the labels [B]; use a recalibrator that defines them (none, temperature, platt)"
-            )
-        if log_probs.dim() != 2 or log_probs.shape[0] != g.shape[0]:
-            raise ValueError(
-                f"log_probs: expected shape [{g.shape[0]}, K], got {tuple(log_probs.shape)}"
-            )
-        if labels.shape != g.shape:
-            raise ValueError(f"labels: expected shape {tuple(g.shape)}, got {tuple(labels.shape)}")
-        lp = log_probs.gather(1, labels.long().view(-1, 1)).squeeze(1).clamp_min(-100.0)
-        return self._finish(-(g * lp).mean(), g)
-
-    def _batched(self, g, confidence, correct, label_log_prob=None):
+    def __call__(self, g, confidence, correct, label_log_prob=None):
+        _check(g, confidence, correct, label_log_prob)
         if label_log_prob is None:
-            raise ValueError("label_log_prob: loss 's-mce' needs the label's log-probability")
-        return self._finish_batched(-(g * label_log_prob.clamp_min(-100.0)).mean(-1), g)
+            raise ValueError(
+                "label_log_prob: loss 's-mce' needs the recalibrated log-probability of each "
+                "example's label; use a recalibrator that defines log-probabilities (none, "
+                "temperature, platt)"
+            )
+        return self._finish(-(g * label_log_prob.clamp_min(-100.0)).mean(-1), g)
 
 
 class SMMCE(_Base):
@@ -145,18 +112,13 @@ class SMMCE(_Base):
         self.q = q
         self.width = width
 
-    def __call__(self, g, confidence, correct, log_probs=None, labels=None):
+    def __call__(self, g, confidence, correct, label_log_prob=None):
         _check(g, confidence, correct)
-        err = (correct.to(confidence.dtype) - confidence).abs().pow(self.q) * g
-        kernel = torch.exp(-(confidence[:, None] - confidence[None, :]).abs() / self.width)
-        n = g.shape[0]
-        inner = (err[:, None] * kernel * err[None, :]).sum() / (n * n)
-        return self._finish(inner.clamp_min(1e-12).pow(1.0 / self.q), g)
-
-    def _batched(self, g, confidence, correct, label_log_prob=None):
-        err = (correct.to(confidence.dtype) - confidence).abs().pow(self.q) * g  # [R, B]
-        inner = _KernelQuadraticForm.apply(err, confidence, float(self.width))
-        return self._finish_batched(inner.clamp_min(1e-12).pow(1.0 / self.q), g)
+        lead = g.shape[:-1]
+        g2, c2 = g.reshape(-1, g.shape[-1]), confidence.reshape(-1, g.shape[-1])
+        err = (correct.reshape(c2.shape).to(c2.dtype) - c2).abs().pow(self.q) * g2  # [R, B]
+        inner = _KernelQuadraticForm.apply(err, c2, float(self.width))
+        return self._finish(inner.clamp_min(1e-12).pow(1.0 / self.q).reshape(lead), g)
 
 
 class _KernelQuadraticForm(torch.autograd.Function):

@@ -12,21 +12,8 @@ from pydantic import Field
 from selbench.api import DifferentiableRecalibrator, FitContext
 from selbench.checks import NotFittedError, check_outputs
 from selbench.data import ModelOutputs
-from selbench.torchutils import (
-    BatchedMLP,
-    balanced_split,
-    batched_adam,
-    batched_threads,
-    build_mlp,
-    cpu_threads,
-    epoch_permutations,
-    equal_groups,
-    group_streams,
-    run_module,
-    seeded_init,
-    take_rows,
-    to_tensor,
-)
+from selbench.engine import Tables, train_replicas
+from selbench.torchutils import BatchedMLP, build_mlp, equal_groups, run_module, seeded_init
 
 
 class MLPRecalibratorNet(torch.nn.Module):
@@ -44,24 +31,22 @@ class MLPRecalibratorNet(torch.nn.Module):
         return torch.sigmoid(self.logit(features)), None
 
     @classmethod
-    def stacked(
-        cls, modules: list[MLPRecalibratorNet], streams: int = 1, split: int = 1
-    ) -> BatchedMLPRecalibrator:
-        """The replicas ``modules`` as one batched module (see
+    def stacked(cls, modules: list[MLPRecalibratorNet]) -> BatchedMLPRecalibrator:
+        """The replicas ``modules`` as one hand-stacked module (see
         :class:`BatchedMLPRecalibrator`)."""
-        return BatchedMLPRecalibrator(modules, streams, split)
+        return BatchedMLPRecalibrator(modules)
 
 
 class BatchedMLPRecalibrator(torch.nn.Module):
-    """R :class:`MLPRecalibratorNet` replicas trained as one (the batched training protocol):
-    ``forward(batch, features [streams, B, d], need_log_prob) -> (sigmoid(MLP) [R, B],
-    None)``."""
+    """R :class:`MLPRecalibratorNet` replicas trained as one (hand-stacked for the training
+    engine, see :class:`selbench.torchutils.BatchedMLP`): ``forward(batch, features [R, B,
+    d], need_log_prob) -> (sigmoid(MLP) [R, B], None)``."""
 
     uses_features = True
 
-    def __init__(self, modules: list[MLPRecalibratorNet], streams: int = 1, split: int = 1):
+    def __init__(self, modules: list[MLPRecalibratorNet]):
         super().__init__()
-        self.mlp = BatchedMLP([m.net for m in modules], streams, split)
+        self.mlp = BatchedMLP([m.net for m in modules])
 
     def prepare(self, logits, features, labels) -> dict[str, torch.Tensor]:
         return {}
@@ -111,30 +96,7 @@ class MLPRecalibrator(DifferentiableRecalibrator):
         self.weight_decay = weight_decay
 
     def fit(self, outputs: ModelOutputs, context: FitContext) -> MLPRecalibrator:
-        check_outputs(outputs, "recalibrator 'mlp'", min_rows=1)
-        device = context.torch_device()
-        d = outputs.feature_dim
-        module = seeded_init(context.seed, lambda: MLPRecalibratorNet(d, self.hidden)).to(device)
-        x = to_tensor(outputs.features, device, torch.float32)
-        y = to_tensor(outputs.correct(), device, torch.float32)
-        opt = torch.optim.Adam(
-            module.parameters(), lr=self.lr, weight_decay=self.weight_decay, foreach=True
-        )
-        gen = torch.Generator().manual_seed(int(context.seed))
-        n, bs = len(outputs), int(self.batch_size)
-        bce = torch.nn.functional.binary_cross_entropy_with_logits
-        module.train()
-        with cpu_threads(device):
-            for _ in range(self.epochs):
-                perm = torch.randperm(n, generator=gen).to(device)
-                for idx in perm.split(bs):
-                    loss = bce(module.logit(x[idx]), y[idx])
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    opt.step()
-        module.eval()
-        self.feature_dim_ = d
-        self.module_ = module.to("cpu")
+        type(self).fit_many([self], [outputs], [context])
         return self
 
     def _hyper(self) -> tuple:
@@ -147,12 +109,11 @@ class MLPRecalibrator(DifferentiableRecalibrator):
         outputs: Sequence[ModelOutputs],
         contexts: Sequence[FitContext],
     ) -> None:
-        """Fit ``recalibrators[i]`` on ``outputs[i]`` with ``contexts[i]``, each exactly as its
-        own :meth:`fit` would (to float rounding), training those with equal
-        hyperparameters, data shapes and device as one batched model (parameters with a
-        leading replica dimension, see :class:`BatchedMLP`): same seeded initial weights and
-        batch order per replica, one Adam over the stacked parameters (Adam is
-        elementwise, so this is per-replica Adam).
+        """Fit ``recalibrators[i]`` on ``outputs[i]`` with ``contexts[i]``, each as its own
+        :meth:`fit` would (to float rounding, see :mod:`selbench.engine`), training those
+        with equal hyperparameters, data shapes and device as one model with the training
+        engine (same seeded initial weights and batch order per replica, one Adam over the
+        stacked parameters).
         """
         groups: dict[tuple, list[int]] = {}
         for i, (rec, out, ctx) in enumerate(zip(recalibrators, outputs, contexts)):
@@ -168,9 +129,7 @@ class MLPRecalibrator(DifferentiableRecalibrator):
                 lambda a, b, outs=outs: _same_data(outs[a], outs[b]),
             )
             lead = [members[g[0]] for g in same]
-            if len(lead) == 1:
-                recalibrators[lead[0]].fit(outputs[lead[0]], contexts[lead[0]])
-            else:
+            if lead:
                 cls._fit_batched(
                     [recalibrators[i] for i in lead],
                     [outputs[i] for i in lead],
@@ -185,40 +144,34 @@ class MLPRecalibrator(DifferentiableRecalibrator):
 
     @staticmethod
     def _fit_batched(recs, outs, ctxs) -> None:
+        """Train the recalibrators' networks as one model with the training engine
+        (:mod:`selbench.engine`): BCE of each replica's logit against its correctness."""
         first = recs[0]
         device = ctxs[0].torch_device()
         d = outs[0].feature_dim
-        n, bs = len(outs[0]), int(first.batch_size)
         modules = [
             seeded_init(ctx.seed, lambda: MLPRecalibratorNet(d, first.hidden)) for ctx in ctxs
         ]
-        seeds = [int(ctx.seed) for ctx in ctxs]
-        order, streams = group_streams(seeds, lambda i, j: _same_data(outs[i], outs[j]))
-        lead = order[:: len(order) // streams]  # one replica per stream
-        r, m = len(order), len(order) // streams
-        x = torch.stack([to_tensor(outs[i].features, device, torch.float32) for i in lead])
-        y = torch.stack([to_tensor(outs[i].correct(), device, torch.float32) for i in lead])
-        threads = batched_threads(device)
-        split = balanced_split(streams, device, threads)
-        net = BatchedMLP([modules[i].net for i in order], streams, split).to(device)
-        opt = batched_adam(net.parameters(), first.lr, first.weight_decay)
-        gens = [torch.Generator().manual_seed(seeds[i]) for i in lead]
+        tables = Tables(len(outs[0]))
+        for out in outs:
+            tables.add({"x": np.asarray(out.features, dtype=np.float32),
+                        "y": out.correct().astype(np.float32)})
+        net = BatchedMLP([m.net for m in modules]).to(device)
         bce = torch.nn.functional.binary_cross_entropy_with_logits
-        net.train()
-        with cpu_threads(device, threads):
-            for perm in epoch_permutations(gens, n, int(first.epochs), device):
-                xp = take_rows(x, perm)
-                yp = take_rows(y, perm)[:, None, :].expand(streams, m, n).reshape(r, n)
-                for start in range(0, n, bs):
-                    stop = min(start + bs, n)
-                    loss = bce(net(xp[:, start:stop]), yp[:, start:stop], reduction="none")
-                    opt.zero_grad(set_to_none=True)
-                    loss.mean(-1).sum().backward()
-                    opt.step()
-        net.write_back([modules[i].net for i in order])
+
+        def step_loss(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+            return bce(net(batch["x"]), batch["y"], reduction="none").mean(-1)
+
+        train_replicas(
+            modules=[net], tables=tables.to(device, {}), source=tables.source,
+            seeds=[int(ctx.seed) for ctx in ctxs], step_loss=step_loss,
+            epochs=int(first.epochs), batch_size=int(first.batch_size), lr=first.lr,
+            weight_decay=first.weight_decay, device=device,
+        )
+        net.write_back([m.net for m in modules])
         for rec, module in zip(recs, modules):
             rec.feature_dim_ = d
-            rec.module_ = module.eval()
+            rec.module_ = module.eval().to("cpu")
 
     def _check(self, outputs: ModelOutputs) -> None:
         check_outputs(outputs, "recalibrator 'mlp'")

@@ -166,15 +166,17 @@ class PlattModule(torch.nn.Module):
         return logits.argmax(dim=-1)
 
     @classmethod
-    def stacked(cls, modules: list[PlattModule], streams: int = 1, split: int = 1) -> BatchedPlatt:
-        """The replicas ``modules`` as one batched module (see :class:`BatchedPlatt`)."""
-        return BatchedPlatt(modules, streams)
+    def stacked(cls, modules: list[PlattModule]) -> BatchedPlatt:
+        """The replicas ``modules`` as one hand-stacked module (see :class:`BatchedPlatt`)."""
+        return BatchedPlatt(modules)
 
 
 class BatchedPlatt(torch.nn.Module):
-    """R :class:`PlattModule` replicas trained as one (the batched training protocol).
+    """R :class:`PlattModule` replicas trained as one (hand-stacked for the training engine,
+    :mod:`selbench.engine`; elementwise work on the precomputed Platt inputs, where
+    ``torch.func`` would recompute the log-sum-exp of the logits at every step).
 
-    Parameters ``weight``, ``bias`` of shape ``[streams, m]``; all replicas must share the
+    Parameters ``weight``, ``bias`` of shape ``[R]``; all replicas must share the
     mode (binary or top-label). :meth:`prepare` computes the Platt input ``s`` once per
     example, with what the label's log-probability needs: binary, the signs selecting
     ``log p1'`` or ``log(1 - p1')``; top-label, whether the label is the predicted class and
@@ -188,22 +190,16 @@ class BatchedPlatt(torch.nn.Module):
 
     uses_features = False
 
-    def __init__(self, modules: list[PlattModule], streams: int = 1):
+    def __init__(self, modules: list[PlattModule]):
         super().__init__()
         modes = {m.binary for m in modules}
         if len(modes) != 1:
             raise ValueError("binary and top-label Platt modules cannot be stacked")
         self.binary = modes.pop()
         self.changes_prediction = self.binary
-        r = len(modules)
-        self.replicas, self.streams = r, int(streams)
-        shape = (self.streams, r // self.streams)
-        self.weight = torch.nn.Parameter(
-            torch.stack([m.weight.detach().clone() for m in modules]).view(shape).clone()
-        )
-        self.bias = torch.nn.Parameter(
-            torch.stack([m.bias.detach().clone() for m in modules]).view(shape).clone()
-        )
+        self.replicas = len(modules)
+        self.weight = torch.nn.Parameter(torch.stack([m.weight.detach().clone() for m in modules]))
+        self.bias = torch.nn.Parameter(torch.stack([m.bias.detach().clone() for m in modules]))
 
     @torch.no_grad()
     def prepare(
@@ -228,24 +224,23 @@ class BatchedPlatt(torch.nn.Module):
         return out
 
     def _t(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.weight[:, :, None] * batch["s"][:, None, :] + self.bias[:, :, None]
+        return self.weight[:, None] * batch["s"] + self.bias[:, None]
 
     def forward(self, batch: dict[str, torch.Tensor], features: torch.Tensor | None,
                 need_log_prob: bool):
         t = self._t(batch)
         logsig = torch.nn.functional.logsigmoid
         if self.binary:
-            conf = logsig(t.abs()).exp().reshape(self.replicas, -1)
+            conf = logsig(t.abs()).exp()
             if not need_log_prob:
                 return conf, None
-            return conf, logsig(batch["label_sign"][:, None, :] * t).reshape(self.replicas, -1)
+            return conf, logsig(batch["label_sign"] * t)
         log_c = logsig(t)
-        conf = log_c.exp().reshape(self.replicas, -1)
+        conf = log_c.exp()
         if not need_log_prob:
             return conf, None
-        other = batch["rest_y"][:, None, :] + logsig(-t)
-        label_lp = torch.where(batch["is_top"][:, None, :], log_c, other)
-        return conf, label_lp.reshape(self.replicas, -1)
+        other = batch["rest_y"] + logsig(-t)
+        return conf, torch.where(batch["is_top"], log_c, other)
 
     @torch.no_grad()
     def correct(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -254,12 +249,11 @@ class BatchedPlatt(torch.nn.Module):
         if not self.binary:
             raise ValueError("top-label Platt keeps the prediction; use the data's correctness")
         pred1 = self._t(batch) > 0
-        label1 = (batch["label_sign"] > 0)[:, None, :]
-        return (pred1 == label1).to(batch["s"].dtype).reshape(self.replicas, -1)
+        return (pred1 == (batch["label_sign"] > 0)).to(batch["s"].dtype)
 
     @torch.no_grad()
     def write_back(self, modules: list[PlattModule]) -> None:
-        for module, w, b in zip(modules, self.weight.reshape(-1), self.bias.reshape(-1)):
+        for module, w, b in zip(modules, self.weight, self.bias):
             module.weight.copy_(w)
             module.bias.copy_(b)
 

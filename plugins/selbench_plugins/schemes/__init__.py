@@ -6,8 +6,8 @@
 * ``joint`` — fit h, then train g and h together (selective recalibration).
 
 The three training schemes share their hyperparameters (Appendix A of the paper); see
-:mod:`selbench_plugins.schemes.training` for the loop and :mod:`.batched` for the batched
-training of many replicas.
+:mod:`selbench_plugins.schemes.training`, which trains all replicas of a method with the
+training engine (:mod:`selbench.engine`).
 """
 
 from selbench.api import Plugin

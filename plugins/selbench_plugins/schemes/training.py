@@ -9,23 +9,25 @@ All three minimise ``loss(ĝ, ĥ, y^c) + coverage(ĝ, β)`` over mini-batches wi
 * ``joint`` — h is fitted first (pre-training), then trained together with g
   (selective recalibration proper); h must be differentiable.
 
-When h is frozen its confidence (and log-probabilities) are computed once before
-training. The loss's ``correct`` is the correctness of h's prediction
+When h is frozen its confidence (and the log-probability of each label) is computed once
+before training. The loss's ``correct`` is the correctness of h's prediction
 (``recalibrator.predict``, ``argmax(logits)`` unless h changes it); for a trained h that can
 change its prediction (binary Platt) it is recomputed at every step from the module's
 current prediction, so the loss always pairs a confidence with the correctness of the label
-that confidence is for. Shuffling, initial weights and input noise are seeded by ``context.seed``;
-training runs on ``context.device`` and the modules are moved back to the CPU after.
+that confidence is for. Shuffling, initial weights and input noise are seeded by
+``context.seed``; training runs on ``context.device`` and the modules are moved back to the
+CPU after.
 
-``fit`` trains one replica with :func:`train`, a plain loop over mini-batches.
-``fit_many`` (what the runner calls with all seeds × training β of a method) trains the
-replicas that share data shapes as one batched model (:mod:`.batched`), each replica ending
-where its own ``fit`` would, to float rounding; replicas that cannot be batched (a
-third-party module or loss without the batched protocol) are trained one by one.
+``fit_many`` (what the runner calls with all seeds × training β of a method; ``fit`` is one
+job) trains the replicas that share data shapes and module classes as one model with the
+training engine (:mod:`selbench.engine`): any selector or recalibrator module is batched
+(hand-stacked where its class has ``stacked``, else through ``torch.func``), and each
+replica ends where it would trained alone, to float rounding.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -45,7 +47,8 @@ from selbench.api import (
 )
 from selbench.checks import check_outputs
 from selbench.data import ModelOutputs
-from selbench.torchutils import EVAL_CHUNK, cpu_threads, device_of, to_tensor
+from selbench.engine import Tables, stack_recalibrators, stack_selectors, train_replicas
+from selbench.torchutils import EVAL_CHUNK, device_of, to_tensor
 
 TRAINING_SCHEMES = ("selection", "sequential", "joint")
 
@@ -105,9 +108,9 @@ def _frozen_confidence(
     recalibrator: Recalibrator,
     context: FitContext,
     need_log_probs: bool,
-    device: torch.device,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """h's confidence (and log-probabilities when the loss needs them) on ``outputs``."""
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """h's confidence (float32 ``[n]``) and, when the loss needs it, the log-probability of
+    each example's label (float32 ``[n]``) on ``outputs``, computed once (h is frozen)."""
     if not isinstance(recalibrator, DifferentiableRecalibrator):
         if need_log_probs:
             raise ValueError(
@@ -115,8 +118,7 @@ def _frozen_confidence(
                 f"{type(recalibrator).__name__} does not define; use s-tlbce or s-mmce, or "
                 "a recalibrator such as none, temperature or platt"
             )
-        conf = recalibrator.confidence(outputs)
-        return to_tensor(conf, device, torch.float32), None
+        return np.asarray(recalibrator.confidence(outputs), dtype=np.float32), None
     module = recalibrator.module(outputs, context)
     was_training = module.training
     module.eval()
@@ -128,132 +130,200 @@ def _frozen_confidence(
             to_tensor(outputs.logits[sl], mdev, torch.float32),
             to_tensor(outputs.features[sl], mdev, torch.float32),
         )
-        confs.append(c.float().to(device))
+        confs.append(c.float().cpu())
         if need_log_probs:
             if lp is None:
                 raise ValueError(
                     f"loss: the selection loss needs recalibrated log-probabilities, which "
                     f"{type(recalibrator).__name__} does not define; use s-tlbce or s-mmce"
                 )
-            lps.append(lp.float().to(device))
+            y = torch.as_tensor(outputs.labels[sl], dtype=torch.int64, device=lp.device)
+            lps.append(lp.float().gather(1, y[:, None]).squeeze(1).cpu())
     module.train(was_training)
-    return torch.cat(confs), (torch.cat(lps) if need_log_probs else None)
+    conf = torch.cat(confs).numpy()
+    return conf, (torch.cat(lps).numpy() if need_log_probs else None)
 
 
-def train(
-    name: str,
-    params: Any,
-    outputs: ModelOutputs,
-    selector: TrainableSelector,
-    recalibrator: Recalibrator,
-    loss: SelectionLoss,
-    coverage: CoverageLoss,
-    context: FitContext,
-    *,
-    train_h: bool,
-) -> None:
-    """Train ``selector`` (and ``recalibrator`` when ``train_h``) in place; ``params`` has the
-    training hyperparameters as attributes (the scheme itself)."""
-    device = context.torch_device()
-    n = len(outputs)
+def _has_params(module: torch.nn.Module) -> bool:
+    return any(True for _ in module.parameters())
+
+
+@dataclass
+class _Replica:
+    """What one job trains and reads (made by :func:`_prepare`, trained by :func:`train_jobs`)."""
+
+    job: FitJob
+    g_module: torch.nn.Module
+    h_module: torch.nn.Module | None  # trained with g (joint, with parameters)
+    arrays: dict[str, np.ndarray]  # per-example data [n, ...] this replica reads
+
+
+def _prepare(name: str, job: FitJob, train_h: bool) -> _Replica:
+    """One replica's modules and data, with the checks of the arguments."""
+    outputs, loss = job.outputs, job.loss
     need_lp = bool(loss.needs_log_probs)
-
-    x = to_tensor(selector.inputs(outputs), device, torch.float32)
-    labels = None
-
-    g_module = selector.init_module(outputs, context).to(device)
-    parameters = list(g_module.parameters())
+    arrays = {"x": np.asarray(job.selector.inputs(outputs), dtype=np.float32)}
+    g_module = job.selector.init_module(outputs, job.context)
     h_module = None
     if train_h:
-        if not isinstance(recalibrator, DifferentiableRecalibrator):
+        if not isinstance(job.recalibrator, DifferentiableRecalibrator):
             raise ValueError(
                 f"scheme {name!r} trains h with g and needs a differentiable recalibrator "
-                f"(none, temperature, platt, mlp); {type(recalibrator).__name__} is not"
+                f"(none, temperature, platt, mlp); {type(job.recalibrator).__name__} is not"
             )
-        h_module = recalibrator.module(outputs, context).to(device)
-        logits = to_tensor(outputs.logits, device, torch.float32)
-        features = to_tensor(outputs.features, device, torch.float32)
+        module = job.recalibrator.module(outputs, job.context)
         if need_lp:
             with torch.no_grad():
-                if h_module(logits[:1], features[:1])[1] is None:
-                    raise ValueError(
-                        f"loss: the selection loss needs recalibrated log-probabilities, "
-                        f"which {type(recalibrator).__name__} does not define; use s-tlbce "
-                        "or s-mmce"
-                    )
-        parameters += list(h_module.parameters())
-        conf_all = log_probs_all = None
+                mdev = device_of(module)
+                probe = module(
+                    to_tensor(outputs.logits[:1], mdev, torch.float32),
+                    to_tensor(outputs.features[:1], mdev, torch.float32),
+                )[1]
+            if probe is None:
+                raise ValueError(
+                    f"loss: the selection loss needs recalibrated log-probabilities, "
+                    f"which {type(job.recalibrator).__name__} does not define; use s-tlbce "
+                    "or s-mmce"
+                )
+        if _has_params(module):
+            h_module = module
+    if h_module is None:  # frozen h, or a parameter-free one: its output never changes
+        conf, label_lp = _frozen_confidence(name, outputs, job.recalibrator, job.context,
+                                            need_lp)
+        arrays["conf"] = conf
+        if label_lp is not None:
+            arrays["label_lp"] = label_lp
     else:
-        conf_all, log_probs_all = _frozen_confidence(
-            name, outputs, recalibrator, context, need_lp, device
-        )
-    # the correctness of h's prediction: fixed, unless a trained h can change its prediction
-    h_predicts = changes_prediction(h_module)
-    correct = None
-    if not h_predicts:
-        correct = to_tensor(recalibrated_correct(recalibrator, outputs), device, torch.float32)
-    if need_lp or h_predicts:
-        labels = to_tensor(outputs.labels, device, torch.int64)
+        arrays["logits"] = np.asarray(outputs.logits, dtype=np.float32)
+        arrays["features"] = np.asarray(outputs.features, dtype=np.float32)
+        arrays["labels"] = np.asarray(outputs.labels, dtype=np.int64)
+    if not changes_prediction(h_module):
+        arrays["correct"] = recalibrated_correct(job.recalibrator, outputs).astype(np.float32)
+    return _Replica(job, g_module, h_module, arrays)
 
-    optimizer = torch.optim.Adam(
-        parameters, lr=params.lr, weight_decay=params.weight_decay, foreach=True
+
+def _loss_groups(objs: list[Any]) -> list[tuple[Any, list[int]]]:
+    """Replicas whose loss objects are equal (class and parameters): one call each group."""
+    groups: list[tuple[Any, list[int]]] = []
+    for i, obj in enumerate(objs):
+        for first, members in groups:
+            if type(first) is type(obj) and first.get_params(deep=False) == obj.get_params(
+                    deep=False):
+                members.append(i)
+                break
+        else:
+            groups.append((obj, [i]))
+    return groups
+
+
+def _rows(members: list[int], device: torch.device) -> slice | torch.Tensor:
+    if members == list(range(members[0], members[-1] + 1)):
+        return slice(members[0], members[-1] + 1)
+    return torch.tensor(members, device=device)
+
+
+def train_part(name: str, params: Any, reps: list[_Replica], *, train_h: bool) -> None:
+    """Train replicas that share data shapes, module classes and device as one model
+    (:func:`selbench.engine.train_replicas`); each ends where it would trained alone, to
+    float rounding (see :mod:`selbench.engine`)."""
+    jobs = [r.job for r in reps]
+    device = jobs[0].context.torch_device()
+    need_lp = bool(jobs[0].loss.needs_log_probs)
+    n = len(jobs[0].outputs)
+    trained_h = reps[0].h_module is not None
+
+    g_stack = stack_selectors([r.g_module for r in reps]).to(device)
+    modules: list[torch.nn.Module] = [g_stack]
+    h_stack = None
+    h_predicts = False
+    uses_features = False
+    tables = Tables(n)
+    for r in reps:
+        arrays = dict(r.arrays)
+        tables.add(arrays)
+    dtypes = {"labels": torch.int64}
+    data = tables.to(device, dtypes)
+    if trained_h:
+        h_stack = stack_recalibrators([r.h_module for r in reps]).to(device)
+        modules.append(h_stack)
+        h_predicts = bool(getattr(h_stack, "changes_prediction", False))
+        uses_features = bool(getattr(h_stack, "uses_features", True))
+        prepared = h_stack.prepare(data.pop("logits"), data["features"],
+                                   data.pop("labels") if (need_lp or h_predicts) else None)
+        if not uses_features:
+            data.pop("features")
+        data.pop("labels", None)
+        for k, v in prepared.items():
+            data[f"h.{k}"] = v
+    beta = torch.tensor([float(j.context.beta) for j in jobs], dtype=torch.float32,
+                        device=device)
+    sel_groups = [(loss, _rows(m, device)) for loss, m in _loss_groups([j.loss for j in jobs])]
+    cov_groups = [(cov, _rows(m, device))
+                  for cov, m in _loss_groups([j.coverage for j in jobs])]
+
+    def step_loss(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        g = g_stack(batch["x"])
+        lp = None
+        if h_stack is not None:
+            hb = {k[2:]: v for k, v in batch.items() if k.startswith("h.")}
+            conf, lp = h_stack(hb, batch.get("features"), need_lp)
+            correct = h_stack.correct(hb) if h_predicts else batch["correct"]
+        else:
+            conf, lp, correct = batch["conf"], batch.get("label_lp"), batch["correct"]
+        parts = []
+        for loss, rows in sel_groups:
+            parts.append(loss(g[rows], conf[rows], correct[rows],
+                              None if lp is None else lp[rows]).sum())
+        for cov, rows in cov_groups:
+            parts.append(cov(g[rows], beta[rows]).sum())
+        return torch.stack(parts)
+
+    noise = [("x", reps[0].arrays["x"].shape[1])]
+    if train_h:  # h's feature noise, drawn whether h reads the features or not
+        noise.append(("features" if uses_features else None, jobs[0].outputs.feature_dim))
+    progress = any(j.context.progress for j in jobs)
+    desc = None
+    if progress:
+        desc = (f"{name}: training g" + (" and h" if train_h else "")
+                + (f" ({len(reps)} replicas)" if len(reps) > 1 else ""))
+    train_replicas(
+        modules=modules, tables=data, source=tables.source,
+        seeds=[int(j.context.seed) for j in jobs], step_loss=step_loss,
+        epochs=int(params.epochs), batch_size=int(params.batch_size), lr=params.lr,
+        weight_decay=params.weight_decay, device=device, noise_std=float(params.noise_std),
+        noise=noise, desc=desc,
     )
-    shuffle = torch.Generator().manual_seed(int(context.seed))
-    noise_std = float(params.noise_std)
-    noise_gen = None
-    if noise_std > 0:
-        noise_gen = torch.Generator(device=device).manual_seed(int(context.seed) + 1)
-    beta = float(context.beta)
-    bs = int(params.batch_size)
+    g_stack.write_back([r.g_module for r in reps])
+    for r in reps:
+        r.g_module.eval().to("cpu")
+    if h_stack is not None:
+        h_stack.write_back([r.h_module for r in reps])
+        for r in reps:
+            r.h_module.eval().to("cpu")
 
-    epochs = range(int(params.epochs))
-    if context.progress:
-        from tqdm.auto import tqdm
 
-        epochs = tqdm(epochs, desc=f"{name}: training g" + (" and h" if train_h else ""))
-
-    g_module.train()
-    if h_module is not None:
-        h_module.train()
-    lp_b = labels_b = None
-    with cpu_threads(device):
-        for _ in epochs:
-            perm = torch.randperm(n, generator=shuffle).to(device)
-            for idx in perm.split(bs):
-                xb = x[idx]
-                if noise_gen is not None:
-                    xb = xb + noise_std * torch.randn(
-                        xb.shape, generator=noise_gen, device=device, dtype=xb.dtype
-                    )
-                g = g_module(xb)
-                if h_module is not None:
-                    fb = features[idx]
-                    if noise_gen is not None:
-                        fb = fb + noise_std * torch.randn(
-                            fb.shape, generator=noise_gen, device=device, dtype=fb.dtype
-                        )
-                    conf_b, lp_b = h_module(logits[idx], fb)
-                else:
-                    conf_b = conf_all[idx]
-                    if log_probs_all is not None:
-                        lp_b = log_probs_all[idx]
-                if labels is not None:
-                    labels_b = labels[idx]
-                if h_predicts:
-                    with torch.no_grad():
-                        correct_b = (h_module.predict(logits[idx], fb) == labels_b).float()
-                else:
-                    correct_b = correct[idx]
-                if not need_lp:
-                    labels_b = None
-                total = loss(g, conf_b, correct_b, lp_b, labels_b) + coverage(g, beta)
-                optimizer.zero_grad(set_to_none=True)
-                total.backward()
-                optimizer.step()
-
-    g_module.eval().to("cpu")
-    if h_module is not None:
-        h_module.eval().to("cpu")
+def train_jobs(name: str, params: Any, jobs: list[FitJob], *, train_h: bool) -> None:
+    """Train the selector (and, when ``train_h``, the recalibrator) of every job in place:
+    the replicas that share data shapes, module classes and device as one model."""
+    reps = [_prepare(name, job, train_h) for job in jobs]
+    parts: dict[tuple, list[_Replica]] = {}
+    for rep in reps:
+        job = rep.job
+        key = (
+            str(job.context.torch_device()),
+            type(rep.g_module),
+            tuple((k, tuple(v.shape)) for k, v in rep.g_module.state_dict().items()),
+            tuple((k, a.shape, a.dtype.str) for k, a in sorted(rep.arrays.items())),
+            bool(job.loss.needs_log_probs),
+            None if rep.h_module is None else (
+                type(rep.h_module),
+                tuple((k, tuple(v.shape)) for k, v in rep.h_module.state_dict().items()),
+                changes_prediction(rep.h_module),
+            ),
+        )
+        parts.setdefault(key, []).append(rep)
+    for part in parts.values():
+        train_part(name, params, part, train_h=train_h)
 
 
 #: the training hyperparameters of the three training schemes (Appendix A of the paper)
@@ -304,17 +374,12 @@ class _TrainingScheme(Scheme):
         """Fit h before g is trained (sequential, joint); the selection scheme does not."""
 
     def fit(self, outputs, *, selector, recalibrator, loss, coverage, context):
-        job = FitJob(outputs, selector, recalibrator, loss, coverage, context)
-        self._check_job(job)
-        self._prefit([job])
-        train(self.name, self, outputs, selector, recalibrator, loss, coverage,
-              context, train_h=self.train_h)
-        self.n_fit_ = len(outputs)
-        return self
+        """One replica: :meth:`fit_many` of one job."""
+        return self.fit_many([FitJob(outputs, selector, recalibrator, loss, coverage, context)])
 
     def fit_many(self, jobs):
-        """Fit every job as :meth:`fit` would, training the replicas that share data shapes
-        as one batched model (see :mod:`selbench_plugins.schemes.batched`)."""
+        """Fit every job, training the replicas that share data shapes as one model
+        (:func:`train_jobs`, :mod:`selbench.engine`); one job is the solo case."""
         jobs = list(jobs)
         for job in jobs:
             self._check_job(job)
@@ -342,41 +407,6 @@ def fit_recalibrators(jobs: list[FitJob]) -> None:
                          [j.context for j in members])
         else:
             members[0].recalibrator.fit(members[0].outputs, members[0].context)
-
-
-def train_jobs(name: str, params: Any, jobs: list[FitJob], *, train_h: bool) -> None:
-    """:func:`train` for every job, batching the replicas that can be (:mod:`.batched`)."""
-    from .batched import _prepare, batchable, train_many
-
-    if len(jobs) < 2:
-        for job in jobs:
-            train(name, params, job.outputs, job.selector, job.recalibrator, job.loss,
-                  job.coverage, job.context, train_h=train_h)
-        return
-    reps = [_prepare(name, job, train_h, job.context.torch_device()) for job in jobs]
-    parts: dict[tuple, list] = {}
-    for rep in reps:
-        job = rep.job
-        key = (
-            str(job.context.torch_device()),
-            type(rep.g_module),
-            tuple((k, tuple(v.shape)) for k, v in rep.g_module.state_dict().items()),
-            rep.x.shape,
-            type(job.loss),
-            type(job.coverage),
-            None if rep.h_module is None else (
-                type(rep.h_module), job.outputs.logits.shape, job.outputs.features.shape,
-            ),
-        )
-        parts.setdefault(key, []).append(rep)
-    for part in parts.values():
-        if batchable(part):
-            train_many(name, params, part, train_h=train_h)
-        else:
-            for rep in part:
-                job = rep.job
-                train(name, params, job.outputs, job.selector, job.recalibrator, job.loss,
-                      job.coverage, job.context, train_h=train_h)
 
 
 class SelectionScheme(_TrainingScheme):

@@ -29,25 +29,23 @@ class MLPSelectorNet(torch.nn.Module):
         return torch.sigmoid(self.net(x).squeeze(-1))
 
     @classmethod
-    def stacked(
-        cls, modules: list[MLPSelectorNet], streams: int = 1, split: int = 1
-    ) -> BatchedMLPSelector:
-        """The replicas ``modules`` as one batched module (see :class:`BatchedMLPSelector`;
-        ``split`` as in :class:`selbench.torchutils.BatchedMLP`)."""
-        return BatchedMLPSelector(modules, streams, split)
+    def stacked(cls, modules: list[MLPSelectorNet]) -> BatchedMLPSelector:
+        """The replicas ``modules`` as one hand-stacked module (see
+        :class:`BatchedMLPSelector`)."""
+        return BatchedMLPSelector(modules)
 
 
 class BatchedMLPSelector(torch.nn.Module):
-    """R :class:`MLPSelectorNet` replicas trained as one (the batched training protocol).
+    """R :class:`MLPSelectorNet` replicas trained as one (hand-stacked for the training
+    engine; measured faster than ``torch.func``, see :class:`selbench.torchutils.BatchedMLP`).
 
-    ``forward(x [streams, B, d_in]) -> ĝ [R, B]``; replica ``r`` reads ``x[r // (R /
-    streams)]``. Starts from the replicas' own weights; :meth:`write_back` returns the
-    trained weights to them.
+    ``forward(x [R, B, d_in]) -> ĝ [R, B]``. Starts from the replicas' own weights;
+    :meth:`write_back` returns the trained weights to them.
     """
 
-    def __init__(self, modules: list[MLPSelectorNet], streams: int = 1, split: int = 1):
+    def __init__(self, modules: list[MLPSelectorNet]):
         super().__init__()
-        self.mlp = BatchedMLP([m.net for m in modules], streams, split)
+        self.mlp = BatchedMLP([m.net for m in modules])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.mlp(x))
@@ -64,7 +62,7 @@ class MLPSelector(TrainableSelector):
     at each coverage level. ``fit`` is not how it is trained: the ``selection``,
     ``sequential`` and ``joint`` schemes train it (the protocol of
     :class:`selbench.api.TrainableSelector`: :meth:`inputs`, :meth:`init_module`,
-    ``module_``). Its network class implements the batched-training protocol
+    ``module_``). Its network class is hand-stacked for the training engine
     (:meth:`MLPSelectorNet.stacked`).
     """
 

@@ -1,4 +1,5 @@
-"""Batched training: ``fit_many`` trains all replicas of a method as one model, and every
+"""The training engine (:mod:`selbench.engine`): ``fit_many`` trains all replicas of a method
+as one model, any module is batched (hand-stacked or through ``torch.func``), and every
 replica ends where its own ``fit`` would (to float rounding)."""
 
 from __future__ import annotations
@@ -9,15 +10,21 @@ import numpy as np
 import pytest
 import torch
 from conftest import sampled_linear_task, tiny_spec
-from selbench import FitContext, ModelOutputs
+from selbench import FitContext, ModelOutputs, engine
 from selbench import runner as runner_mod
-from selbench.api import FitJob, Scheme, SelectionLoss
+from selbench.api import (
+    DifferentiableRecalibrator,
+    FitJob,
+    Scheme,
+    SelectionLoss,
+    TrainableSelector,
+)
 from selbench.plugins import get_registry
-from selbench.torchutils import BatchedMLP, build_mlp, group_streams
+from selbench.torchutils import BatchedMLP, build_mlp, run_module, seeded_init
 
 TOL = 1e-5
 FAST = {"epochs": 12, "lr": 5e-3, "batch_size": 64}
-#: two seeds x two training betas: two streams of two replicas
+#: two seeds x two training betas
 CELLS = ((0, 0.6), (0, 0.8), (1, 0.6), (1, 0.8))
 
 
@@ -113,8 +120,8 @@ def test_fit_many_with_noise_weight_decay_and_per_replica_lambda():
                                  coverage="log-coverage", lams=[0.01, 0.3, 0.01, 0.3]))
 
 
-def test_fit_many_trains_mlp_recalibrators_and_uneven_streams():
-    """An MLP h trained jointly; three replicas (streams of unequal size: one per replica)."""
+def test_fit_many_trains_mlp_recalibrators_with_three_replicas():
+    """An MLP h trained jointly; three replicas, two of one seed."""
     rec_params = {"hidden": [8], "epochs": 4, "lr": 1e-2}
     assert_same(solo_and_batched("joint", rec="mlp", loss="s-tlbce", rec_params=rec_params,
                                  cells=((0, 0.6), (0, 0.8), (1, 0.7))))
@@ -143,26 +150,144 @@ def test_mlp_recalibrator_fit_many_equals_fit():
 
 
 class PlainSTLBCE(SelectionLoss):
-    """A third-party loss without the batched protocol (S-TLBCE written out)."""
+    """A third-party loss (S-TLBCE written out, over the last dimension)."""
 
-    def __call__(self, g, confidence, correct, log_probs=None, labels=None):
+    def __call__(self, g, confidence, correct, label_log_prob=None):
         bce = torch.nn.functional.binary_cross_entropy(confidence, correct, reduction="none")
-        return (g * bce).mean()
+        return (g * bce).mean(-1)
 
 
-def test_fit_many_falls_back_to_solo_training_without_the_protocol():
+class TanhNet(torch.nn.Module):
+    """A third-party selector network: no ``stacked``, a buffer, a tanh hidden layer."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.a = torch.nn.Linear(d, 6)
+        self.b = torch.nn.Linear(6, 1)
+        self.register_buffer("scale", torch.tensor(0.8))
+
+    def forward(self, x):
+        return torch.sigmoid(self.b(torch.tanh(self.a(x))).squeeze(-1) * self.scale)
+
+
+class TanhSelector(TrainableSelector):
+    def inputs(self, outputs):
+        return np.array(outputs.features, dtype=np.float32)
+
+    def init_module(self, outputs, context):
+        self.module_ = seeded_init(context.seed, lambda: TanhNet(outputs.feature_dim))
+        return self.module_
+
+    def score(self, outputs, confidence):
+        return run_module(self.module_, self.inputs(outputs), index=None)
+
+
+class ScaleModule(torch.nn.Module):
+    """A third-party h module: softmax(w z) (log-probabilities optional)."""
+
+    def __init__(self, with_log_probs):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.tensor(0.7))
+        self.with_log_probs = with_log_probs
+
+    def forward(self, logits, features=None):
+        lp = torch.log_softmax(logits * self.w, -1)
+        return lp.max(-1).values.exp(), (lp if self.with_log_probs else None)
+
+
+class ScaleRecalibrator(DifferentiableRecalibrator):
+    def __init__(self, with_log_probs: bool = True):
+        self.with_log_probs = with_log_probs
+
+    def fit(self, outputs, context):
+        self.module_ = ScaleModule(self.with_log_probs)
+        return self
+
+    def confidence(self, outputs):
+        with torch.no_grad():
+            return self.module_(torch.tensor(outputs.logits))[0].double().numpy()
+
+    def module(self, outputs, context):
+        return self.module_
+
+
+@pytest.mark.parametrize("with_log_probs,loss", [(True, "s-mce"), (False, "plain")])
+def test_third_party_trainable_modules_are_batched_through_torch_func(monkeypatch,
+                                                                      with_log_probs, loss):
+    """A third-party trainable selector and differentiable recalibrator, with a third-party
+    loss, written with no batching code: fit_many trains them as one model (torch.func) and
+    each replica ends where it would trained alone."""
+    stacks = []
+    real = engine.train_replicas
+
+    def recording(**kw):
+        stacks.append([type(m) for m in kw["modules"]])
+        return real(**kw)
+
+    monkeypatch.setattr(engine, "train_replicas", recording)
+    monkeypatch.setattr("selbench_plugins.schemes.training.train_replicas", recording)
     outs = {s: synthetic(seed=s) for s in (0, 1)}
-    jobs = [make_job(s, 0.7, outs[s], rec="temperature", loss=None, loss_obj=PlainSTLBCE())
-            for s in (0, 1)]
-    reg("scheme", "sequential", FAST).fit_many(jobs)
-    ref = reg("scheme", "sequential", FAST)
-    for s, job in zip((0, 1), jobs):
-        solo = make_job(s, 0.7, outs[s], rec="temperature", loss="s-tlbce")
-        ref.fit(solo.outputs, selector=solo.selector, recalibrator=solo.recalibrator,
-                loss=solo.loss, coverage=solo.coverage, context=solo.context)
-        conf = solo.recalibrator.confidence(solo.outputs)
-        np.testing.assert_array_equal(job.selector.score(job.outputs, conf),
-                                      solo.selector.score(solo.outputs, conf))
+
+    def jobs():
+        return [FitJob(outs[s], TanhSelector(), ScaleRecalibrator(with_log_probs),
+                       PlainSTLBCE() if loss == "plain" else reg("loss", loss),
+                       reg("loss", "quadratic"), FitContext(seed=s, beta=b))
+                for s, b in CELLS]
+
+    together = jobs()
+    reg("scheme", "joint", FAST).fit_many(together)
+    assert stacks == [[engine.FuncStack, engine.FuncRecalibratorStack]]  # one model
+    for i, alone in enumerate(jobs()):
+        reg("scheme", "joint", FAST).fit(alone.outputs, selector=alone.selector,
+                                         recalibrator=alone.recalibrator, loss=alone.loss,
+                                         coverage=alone.coverage, context=alone.context)
+        job = together[i]
+        assert job.recalibrator.module_.w.item() == pytest.approx(
+            alone.recalibrator.module_.w.item(), abs=TOL)
+        assert abs(job.recalibrator.module_.w.item() - 0.7) > 1e-3  # h was trained
+        np.testing.assert_allclose(job.selector.score(job.outputs, None),
+                                   alone.selector.score(alone.outputs, None), atol=TOL, rtol=0)
+    assert len(stacks) == 1 + len(CELLS)
+
+
+@pytest.mark.parametrize("rec,loss,k", [("temperature", "s-mce", 3), ("platt", "s-mmce", 2),
+                                        ("platt", "s-mce", 3)])
+def test_hand_stacked_modules_equal_torch_func(monkeypatch, rec, loss, k):
+    """The built-in hand-stacked modules (MLP, temperature, Platt — binary Platt's changing
+    prediction included) train as the generic torch.func stacking of the same modules does."""
+    def fit(generic):
+        if generic:
+            monkeypatch.setattr("selbench_plugins.schemes.training.stack_selectors",
+                                engine.FuncStack)
+            monkeypatch.setattr("selbench_plugins.schemes.training.stack_recalibrators",
+                                engine.FuncRecalibratorStack)
+        results = solo_and_batched("joint", rec=rec, loss=loss, k=k, cells=CELLS[:2])
+        monkeypatch.undo()
+        return results[1][0]  # fit_many's (confidence, score) of each replica
+
+    hand, generic = fit(False), fit(True)
+    for (c1, s1), (c2, s2) in zip(hand, generic):
+        np.testing.assert_allclose(c2, c1, atol=TOL, rtol=0)
+        np.testing.assert_allclose(s2, s1, atol=TOL, rtol=0)
+
+
+def test_func_stack_forward_and_write_back():
+    torch.manual_seed(0)
+    nets = [TanhNet(5) for _ in range(3)]
+    stacked = engine.FuncStack(nets)
+    x = torch.randn(3, 7, 5)
+    out = stacked(x)
+    assert out.shape == (3, 7)
+    for r, net in enumerate(nets):
+        torch.testing.assert_close(out[r], net(x[r]), atol=1e-6, rtol=1e-6)
+    with torch.no_grad():
+        for p in stacked.parameters():
+            p.add_(torch.rand(p.shape))
+    stacked.write_back(nets)
+    for r, net in enumerate(nets):
+        torch.testing.assert_close(stacked(x)[r], net(x[r]), atol=1e-6, rtol=1e-6)
+    with pytest.raises(ValueError, match="different module classes"):
+        engine.stack_selectors([nets[0], build_mlp(5, [2])])
 
 
 def test_fit_many_reports_the_solo_errors():
@@ -190,76 +315,31 @@ def test_default_fit_many_loops_fit():
     sch = Recorder()
     assert sch.fit_many(jobs) is sch
     assert calls == [(50, s, b) for s, b in CELLS]
-    assert not runner_mod.batches(sch)
-    assert runner_mod.batches(reg("scheme", "joint"))
 
 
-@pytest.mark.parametrize("streams,split", [(3, 1), (3, 2), (6, 2), (2, 3), (6, 4)])
-def test_batched_mlp_matches_its_networks_and_writes_back(streams, split):
+def test_batched_mlp_matches_its_networks_and_writes_back():
     torch.manual_seed(0)
-    nets = [build_mlp(6, [4, 3]) for _ in range(6)]
-    per = 6 // streams
-    x = torch.randn(streams, 7, 6)
-    batched = BatchedMLP(nets, streams=streams, split=split)
+    nets = [build_mlp(6, [4, 3]) for _ in range(5)]
+    x = torch.randn(5, 7, 6)
+    batched = BatchedMLP(nets)
     out = batched(x)
-    assert out.shape == (6, 7)
+    assert out.shape == (5, 7)
     for r, net in enumerate(nets):
-        torch.testing.assert_close(out[r], net(x[r // per]).squeeze(-1), atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(out[r], net(x[r]).squeeze(-1), atol=1e-6, rtol=1e-6)
     with torch.no_grad():
         for p in batched.parameters():
             p.add_(torch.rand(p.shape))
     batched.write_back(nets)
     for r, net in enumerate(nets):
-        torch.testing.assert_close(batched(x)[r], net(x[r // per]).squeeze(-1),
-                                   atol=1e-5, rtol=1e-5)
-    with pytest.raises(ValueError, match="streams"):
-        BatchedMLP(nets, streams=4)
+        torch.testing.assert_close(batched(x)[r], net(x[r]).squeeze(-1), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="different shapes"):
+        BatchedMLP([*nets, build_mlp(6, [4])])
 
 
-def test_group_streams():
-    seeds = [0, 0, 1, 1]
-    assert group_streams(seeds, lambda i, j: True) == ([0, 1, 2, 3], 2)
-    assert group_streams([0, 1, 0, 1], lambda i, j: True) == ([0, 2, 1, 3], 2)
-    assert group_streams([0, 0, 1], lambda i, j: True) == ([0, 1, 2], 3)  # uneven
-    assert group_streams(seeds, lambda i, j: False) == ([0, 1, 2, 3], 4)
-
-
-@pytest.mark.parametrize("name,params", [("s-tlbce", {}), ("s-mce", {}), ("s-mmce", {}),
-                                         ("s-mmce", {"q": 1, "normalize": True})])
-def test_batched_losses_equal_per_replica_calls(name, params):
-    gen = torch.Generator().manual_seed(0)
-    r, b, k = 3, 20, 4
-    g = torch.rand(r, b, generator=gen)
-    conf = torch.rand(r, b, generator=gen) * 0.7 + 0.3
-    correct = (torch.rand(r, b, generator=gen) < 0.7).float()
-    lp = torch.log_softmax(torch.randn(r, b, k, generator=gen), -1)
-    labels = torch.randint(0, k, (r, b), generator=gen)
-    conf[0, 1] = conf[0, 0]  # a tie: |c_i - c_j| has derivative 0 there in both
-    losses = [reg("loss", name, params) for _ in range(r)]
-    fn = type(losses[0]).batched(losses)
-    grads = []
-    for batched in (True, False):
-        gg, cc = g.clone().requires_grad_(), conf.clone().requires_grad_()
-        lpp = lp.clone().requires_grad_()
-        if batched:
-            out = fn(gg, cc, correct, lpp.gather(-1, labels[..., None]).squeeze(-1))
-        else:
-            out = torch.stack([losses[i](gg[i], cc[i], correct[i], lpp[i], labels[i])
-                               for i in range(r)])
-        out.sum().backward()
-        grads.append((out.detach(), gg.grad, cc.grad, lpp.grad))
-    for got, want in zip(*grads):
-        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
-    other = reg("loss", name, {**params, "normalize": not params.get("normalize", False)})
-    assert type(losses[0]).batched([losses[0], other]) is None
-    lams = [reg("loss", "quadratic", {"lam": lam}) for lam in (1.0, 8.0, 32.0)]
-    beta = torch.tensor([0.5, 0.7, 0.9])
-    cov = type(lams[0]).batched(lams)(g, beta)
-    torch.testing.assert_close(cov, torch.stack([lams[i](g[i], float(beta[i]))
-                                                 for i in range(r)]))
-
-
-def test_runner_fits_a_method_in_one_group_like_cell_by_cell(tmp_path, monkeypatch):
+def test_runner_fits_a_method_in_one_group_and_an_extended_run_agrees(tmp_path, monkeypatch):
+    """All unfinished cells of a method are one fit_many call; a run extended by a seed (its
+    cells trained with other replicas than in an uninterrupted run) gives the uninterrupted
+    run's metrics to the engine's documented tolerance."""
     trained = {"scheme": {"name": "joint", "params": {"epochs": 8, "batch_size": 50,
                                                       "lr": 5e-3}},
                "selector": {"name": "mlp", "params": {"hidden": [16]}},
@@ -275,20 +355,23 @@ def test_runner_fits_a_method_in_one_group_like_cell_by_cell(tmp_path, monkeypat
         return real(resolved, cells, *args, **kwargs)
 
     monkeypatch.setattr(runner_mod, "fit_group", counting)
-    runner_mod.run(spec, out_dir=tmp_path / "grouped", progress=False, plots=False)
+    runner_mod.run(spec, out_dir=tmp_path / "whole", progress=False, plots=False)
     assert calls == [4]  # 2 seeds x 2 training betas, one fit_many call
-    monkeypatch.setattr(runner_mod, "batches", lambda scheme: False)
-    runner_mod.run(spec, out_dir=tmp_path / "solo", progress=False, plots=False)
-    assert calls == [4]
-    grouped = sorted((tmp_path / "grouped" / "cells").rglob("*.json"))
-    solo = sorted((tmp_path / "solo" / "cells").rglob("*.json"))
-    assert [p.name for p in grouped] == [p.name for p in solo] and len(grouped) == 4
-    for a, b in zip(grouped, solo):
+    first = tiny_spec(seeds=[0], methods=[{"label": "Joint", **trained}],
+                      betas=[0.7, 0.9], train_beta="per_beta", report="betas")
+    runner_mod.run(first, out_dir=tmp_path / "extended", progress=False, plots=False)
+    runner_mod.run(spec, out_dir=tmp_path / "extended", progress=False, plots=False)
+    assert calls == [4, 2, 2]  # seed 0, then seed 1 alone
+    whole = sorted((tmp_path / "whole" / "cells").rglob("*.json"))
+    extended = sorted((tmp_path / "extended" / "cells").rglob("*.json"))
+    assert [p.name for p in whole] == [p.name for p in extended] and len(whole) == 4
+    for a, b in zip(whole, extended):
         ra, rb = json.loads(a.read_text()), json.loads(b.read_text())
         assert ra["key"] == rb["key"]
-        assert ra["timing"]["fit_batch"] == 4 and "fit_batch" not in rb["timing"]
+        assert ra["timing"]["fit_batch"] == 4 and rb["timing"]["fit_batch"] == 2
         for metric, values in ra["metrics"].items():
-            np.testing.assert_allclose(values, rb["metrics"][metric], atol=1e-5, err_msg=metric)
+            np.testing.assert_allclose(values, rb["metrics"][metric], atol=1e-5,
+                                       rtol=engine.REPLICA_RTOL, err_msg=metric)
 
 
 @pytest.mark.parametrize("same_split", [False, True])
@@ -316,7 +399,7 @@ def test_runner_scores_identical_fitted_states_once(tmp_path, monkeypatch, same_
     assert calls == [n_eval, n_eval]  # 2 seeds x 2 betas: one scoring per seed
     real_cell = runner_mod.run_cell
     monkeypatch.setattr(runner_mod, "run_cell",
-                        lambda *args, **kw: real_cell(*args[:5], memo=None))
+                        lambda *args, **kw: real_cell(*args[:6], memo=None))
     runner_mod.run(spec, out_dir=tmp_path / "plain", progress=False, plots=False)
     assert len(calls) == 6
     memo = sorted((tmp_path / "memo").rglob("seed*.json"))
