@@ -8,9 +8,13 @@ The logits have K = 10 classes.
 
 * naive: that training written as a plain PyTorch loop (``nn.Sequential``, one replica,
   torch's default threads), the issue's baseline;
-* selbench solo: ``JointScheme.fit`` for one replica (the reference loop);
+* selbench solo: ``JointScheme.fit`` for one replica (the training engine with R = 1);
 * selbench batched: ``JointScheme.fit_many`` over seeds × training β (× λ on a GPU) — all
-  replicas as one model.
+  replicas as one model, with the built-in hand-stacked modules (``BatchedMLP``,
+  ``BatchedTemperature``);
+* selbench batched, torch.func: the same, with the modules stacked by the engine's generic
+  path (``stack_module_state`` + ``functional_call`` + ``vmap``), what a third-party module
+  gets — the measurement that decides whether a hand-stacked module earns its place.
 
 FLOPs are counted analytically (matmuls of the MLP only: forward, weight gradients, input
 gradients except for the first layer — 36.1 MFLOP per step), and set against the float32
@@ -24,11 +28,10 @@ import sys
 
 import numpy as np
 import torch
-from common import machine, matmul_peak, resolve_device, rule, target, timed
+from common import machine, matmul_peak, resolve_device, rule, step_flops, target, timed
 from selbench import FitContext, ModelOutputs
 from selbench.api import FitJob
 from selbench.plugins import get_registry
-from selbench_plugins.schemes.batched import step_flops
 
 N, D, K, HIDDEN, BATCH, LR, LAM = 1000, 512, 10, [128, 128], 100, 5e-4, 32.0
 
@@ -83,6 +86,20 @@ def jobs(cells, outs, device) -> list[FitJob]:
     ]
 
 
+def generic(fn):
+    """``fn()`` with the training engine's generic torch.func stacking for every module."""
+    from selbench import engine
+    from selbench_plugins.schemes import training
+
+    saved = training.stack_selectors, training.stack_recalibrators
+    training.stack_selectors = engine.FuncStack
+    training.stack_recalibrators = engine.FuncRecalibratorStack
+    try:
+        return fn()
+    finally:
+        training.stack_selectors, training.stack_recalibrators = saved
+
+
 def scheme(epochs: int):
     params = {"epochs": epochs, "batch_size": BATCH, "lr": LR}
     return get_registry().get("scheme", "joint").build(params)
@@ -124,11 +141,14 @@ def main(argv: list[str] | None = None) -> list[str]:
         one.outputs, selector=one.selector, recalibrator=one.recalibrator, loss=one.loss,
         coverage=one.coverage, context=one.context), device)
     t_batch = timed(lambda: scheme(epochs).fit_many(jobs(cells, outs, device)), device)
+    t_func = timed(lambda: generic(lambda: scheme(epochs).fit_many(jobs(cells, outs, device))),
+                   device)
     peak = max(peak, matmul_peak(device))
 
     per = t_batch / len(cells)
     rows = [("naive loop", t_naive, 1), ("selbench solo fit", t_solo, 1),
-            (f"selbench batched ({len(cells)} replicas)", per, len(cells))]
+            (f"selbench batched ({len(cells)} replicas)", per, len(cells)),
+            ("selbench batched, torch.func", t_func / len(cells), len(cells))]
     print(f"matmul peak (float32, same run): {peak:.1f} GFLOP/s")
     print(f"{'':34s} {'s/config':>10s} {'GFLOP/s':>9s} {'% peak':>7s} {'speed-up':>9s}")
     for name, t, _ in rows:
@@ -142,13 +162,15 @@ def main(argv: list[str] | None = None) -> list[str]:
         print(f"(per configuration of {epochs} epochs; x{1000 / epochs:g} for the paper's 1000)")
     lines = []
     rate = steps * flops / per / 1e9
+    lines.append(f"engine: hand-stacked {per:.3f} s/config, torch.func "
+                 f"{t_func / len(cells):.3f} s/config ({t_func / t_batch:.2f}x)")
     if gpu:
         lines.append(target("GPU batched vs naive", t_naive / per >= 50,
                             f"{t_naive / per:.1f}x faster per configuration (>= 50x)"))
     else:
-        lines.append(target("CPU batched GFLOP/s", rate >= 0.4 * peak,
+        lines.append(target("CPU batched GFLOP/s", rate >= 0.6 * peak,
                             f"{rate:.1f} GFLOP/s = {100 * rate / peak:.1f}% of the "
-                            f"{peak:.1f} GFLOP/s peak (>= 40%)"))
+                            f"{peak:.1f} GFLOP/s peak (>= 60%)"))
         lines.append(target("CPU batched vs naive", t_naive / per >= 4,
                             f"{t_naive / per:.1f}x faster per configuration (about 4x)"))
     return lines

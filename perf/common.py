@@ -95,3 +95,14 @@ def target(label: str, ok: bool, detail: str) -> str:
 def rule(title: str) -> None:
     print()
     print(f"== {title} " + "=" * max(0, 76 - len(title)))
+
+
+def step_flops(d_in: int, hidden, batch: int) -> int:
+    """Matmul FLOPs of one training step of one MLP replica (``d_in -> hidden... -> 1``):
+    forward ``2 B d h`` per layer, backward the same for the weight gradient and (except the
+    first layer, whose input needs none) again for the input gradient."""
+    widths = [int(d_in), *[int(h) for h in hidden], 1]
+    flops = 0
+    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+        flops += (2 if i == 0 else 3) * 2 * batch * a * b
+    return flops

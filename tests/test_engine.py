@@ -408,3 +408,43 @@ def test_runner_scores_identical_fitted_states_once(tmp_path, monkeypatch, same_
     for a, b in zip(memo, plain):
         ra, rb = json.loads(a.read_text()), json.loads(b.read_text())
         assert ra["n_eval"] == n_eval and ra["metrics"] == rb["metrics"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("rec,loss,k", [("temperature", "s-mce", 3), ("platt", "s-mmce", 2),
+                                        ("mlp", "s-tlbce", 3)])
+def test_cuda_training_matches_cpu(rec, loss, k):
+    """The engine on a GPU (replicas as one model on context.device, modules returned to the
+    CPU) trains to what it trains on the CPU, to GPU float rounding."""
+    rec_params = {"hidden": [8], "epochs": 4, "lr": 1e-2} if rec == "mlp" else None
+    outs = {s: synthetic(k=k, seed=s) for s, _ in CELLS}
+    results = []
+    for device in ("cpu", "cuda"):
+        jobs = [FitJob(outs[s], reg("selector", "mlp", {"hidden": [16, 8]}),
+                       reg("recalibrator", rec, rec_params), reg("loss", loss),
+                       reg("loss", "quadratic"), FitContext(seed=s, beta=b, device=device))
+                for s, b in CELLS]
+        reg("scheme", "joint", FAST).fit_many(jobs)
+        res = []
+        for j in jobs:
+            assert all(p.device.type == "cpu" for p in j.selector.module_.parameters())
+            conf = j.recalibrator.confidence(j.outputs)
+            res.append((conf, j.selector.score(j.outputs, conf)))
+        results.append(res)
+    for (c1, s1), (c2, s2) in zip(*results):
+        np.testing.assert_allclose(c2, c1, atol=1e-4, rtol=0)
+        np.testing.assert_allclose(s2, s1, atol=1e-4, rtol=0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_third_party_modules_batched_through_torch_func():
+    outs = {s: synthetic(seed=s) for s, _ in CELLS}
+    results = []
+    for device in ("cpu", "cuda"):
+        jobs = [FitJob(outs[s], TanhSelector(), ScaleRecalibrator(True), reg("loss", "s-mce"),
+                       reg("loss", "quadratic"), FitContext(seed=s, beta=b, device=device))
+                for s, b in CELLS]
+        reg("scheme", "joint", FAST).fit_many(jobs)
+        results.append([j.selector.score(j.outputs, None) for j in jobs])
+    for a, b in zip(*results):
+        np.testing.assert_allclose(b, a, atol=1e-4, rtol=0)
