@@ -6,16 +6,51 @@ from __future__ import annotations
 from typing import Annotated
 
 import numpy as np
+import torch
 from pydantic import Field
 from selbench.api import FitContext, Recalibrator
 from selbench.checks import NotFittedError, check_outputs
 from selbench.data import ModelOutputs
 
-from ._common import bin_means, equal_mass_edges, lookup_bins
+from ._common import bin_means, equal_mass_edges, lookup_bins, one_torch_thread
 from .platt import Mode, PlattScaling, platt_inputs, platt_probability
 
 #: the ``n_bins`` parameter of both binning recalibrators
 NBins = Annotated[int, Field(ge=1, description="number of equal-mass bins")]
+
+#: Logit elements per block of :func:`_top_label` (a float64 block of 2 MB).
+_TOP_BLOCK = 1 << 18
+
+
+def _top_label(outputs: ModelOutputs) -> tuple[np.ndarray, np.ndarray]:
+    """``(outputs.confidence(), outputs.correct())``, the same values bit for bit, without
+    forming the probability matrix.
+
+    The top-label confidence is ``max_k e_k / S`` with ``e = exp(z - max z)`` and
+    ``S = sum_k e_k``; the top class has ``e = exp(0) = 1`` exactly and every other
+    ``e_k <= 1``, and rounded division is monotone, so the maximum is ``1 / S`` (``S`` is
+    the same NumPy row sum of the same NumPy ``exp`` as in ``ModelOutputs.probabilities``).
+    The row maximum and the predicted class (the first maximal index, as ``np.argmax``)
+    come from one ``torch.max`` pass (one thread), block by block. Measured: N = 1,000,000,
+    K = 10, 65 ms against 194 ms for ``confidence()`` and ``correct()``; 50,000 x 1,000,
+    126 / 324 ms (NumPy's row-wise max and argmax over short rows and the division of the
+    whole matrix were most of it).
+    """
+    z = outputs.logits
+    n, k = z.shape
+    zt = torch.from_numpy(np.ascontiguousarray(z))
+    conf = np.empty(n, dtype=np.float64)
+    pred = np.empty(n, dtype=np.int64)
+    rows = max(1, _TOP_BLOCK // k)
+    with one_torch_thread():
+        for start in range(0, n, rows):
+            top, idx = zt[start:start + rows].max(dim=1)
+            pred[start:start + rows] = idx.numpy()
+            e = z[start:start + rows].astype(np.float64)
+            e -= top.numpy().astype(np.float64)[:, None]
+            np.exp(e, out=e)
+            np.divide(1.0, e.sum(axis=1), out=conf[start:start + rows])
+    return conf, (pred == outputs.labels).astype(np.float64)
 
 
 class HistogramBinning(Recalibrator):
@@ -36,16 +71,17 @@ class HistogramBinning(Recalibrator):
 
     def fit(self, outputs: ModelOutputs, context: FitContext) -> HistogramBinning:
         check_outputs(outputs, "recalibrator 'histogram-binning'", min_rows=1)
-        conf = outputs.confidence()
+        conf, correct = _top_label(outputs)
         self.edges_ = equal_mass_edges(conf, self.n_bins)
-        self.values_ = bin_means(self.edges_, conf, outputs.correct())
+        self.values_ = bin_means(self.edges_, conf, correct)
         return self
 
     def confidence(self, outputs: ModelOutputs) -> np.ndarray:
         check_outputs(outputs, "recalibrator 'histogram-binning'")
         if getattr(self, "edges_", None) is None:
             raise NotFittedError("recalibrator 'histogram-binning' is not fitted; call fit first")
-        return self.values_[lookup_bins(self.edges_, outputs.confidence())].astype(np.float64)
+        conf, _ = _top_label(outputs)
+        return self.values_[lookup_bins(self.edges_, conf)].astype(np.float64)
 
 
 class PlattBinning(Recalibrator):

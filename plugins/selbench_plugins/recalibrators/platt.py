@@ -13,7 +13,7 @@ from selbench.checks import NotFittedError, check_outputs
 from selbench.data import ModelOutputs
 from selbench.torchutils import EVAL_CHUNK, device_of, run_module
 
-from ._common import fit_once_per_data
+from ._common import fit_once_per_data, one_torch_thread
 
 #: the logit of a probability clipped to [1e-12, 1 - 1e-12], as in Kumar et al.'s code
 LOGIT_CLIP = math.log((1 - 1e-12) / 1e-12)
@@ -27,22 +27,41 @@ PlattMode = Annotated[Mode, Field(
 )]
 
 
+#: Elements per block of :func:`platt_inputs` (a float64 block of 2 MB). The top-label
+#: input block by block with torch on one thread: 63 ms at N = 1,000,000, K = 10 and
+#: 151 ms at 50,000 x 1,000, against 190 / 315 ms for the float64 NumPy version it
+#: replaced (whose row-wise argmax, max and fancy indexing over short rows dominated);
+#: the best of block sizes 2^15 .. 2^20 (within 10 %).
+_INPUT_BLOCK = 1 << 18
+
+
 def platt_inputs(logits: np.ndarray, mode: str) -> np.ndarray:
     """The scalar Platt input per example, float64: logit p(class 1) (binary) or
     logit(max prob) (top-label), computed stably from the logits and clipped to
-    ±log((1-1e-12)/1e-12)."""
-    z = np.asarray(logits, dtype=np.float64)
+    ±log((1-1e-12)/1e-12).
+
+    Top-label: ``-log sum_{j != top} exp(z_j - z_top)`` (``top`` the first maximal class;
+    which of tied maxima is left out does not change the value), in float64, block by
+    block on one torch thread (:func:`~._common.one_torch_thread`).
+    """
+    z = np.asarray(logits)
+    if not np.issubdtype(z.dtype, np.floating):
+        z = z.astype(np.float64)
     if mode == "binary":
-        s = z[:, 1] - z[:, 0]
-    else:
-        top = z.argmax(axis=1)
-        zt = z[np.arange(z.shape[0]), top]
-        rest = z.copy()
-        rest[np.arange(z.shape[0]), top] = -np.inf
-        m = rest.max(axis=1)
-        lse = m + np.log(np.exp(rest - m[:, None]).sum(axis=1))
-        s = zt - lse
-    return np.clip(s, -LOGIT_CLIP, LOGIT_CLIP)
+        s = z[:, 1].astype(np.float64) - z[:, 0].astype(np.float64)
+        return np.clip(s, -LOGIT_CLIP, LOGIT_CLIP, out=s)
+    zt = torch.from_numpy(np.ascontiguousarray(z))
+    n, k = zt.shape
+    out = torch.empty(n, dtype=torch.float64)
+    rows = max(1, _INPUT_BLOCK // max(k, 1))
+    with one_torch_thread():
+        for start in range(0, n, rows):
+            block = zt[start:start + rows]
+            top, idx = block.max(dim=1, keepdim=True)
+            e = block.to(torch.float64, copy=True).sub_(top.to(torch.float64)).exp_()
+            e.scatter_(1, idx, 0.0)  # every class but the top one
+            torch.log(e.sum(dim=1), out=out[start:start + rows]).neg_()
+    return out.clamp_(-LOGIT_CLIP, LOGIT_CLIP).numpy()
 
 
 def platt_probability(s: np.ndarray, weight: float, bias: float) -> np.ndarray:
@@ -50,9 +69,13 @@ def platt_probability(s: np.ndarray, weight: float, bias: float) -> np.ndarray:
     ``get_platt_scaler`` writes it (``1 / (1 + exp(-x))``): the Platt-scaled probability of
     the Platt inputs ``s`` (:func:`platt_inputs`) — of class 1 (binary) or of the predicted
     class being right (top-label)."""
-    x = np.asarray(s, dtype=np.float64) * float(weight) + float(bias)
+    x = np.asarray(s, dtype=np.float64) * float(weight)
+    x += float(bias)  # the same operations as 1 / (1 + exp(-(s * w + b))), in place
+    np.negative(x, out=x)
     with np.errstate(over="ignore"):
-        return 1.0 / (1.0 + np.exp(-x))
+        np.exp(x, out=x)
+    x += 1.0
+    return np.divide(1.0, x, out=x)
 
 
 def platt_targets(outputs: ModelOutputs, mode: str) -> np.ndarray:
@@ -61,49 +84,144 @@ def platt_targets(outputs: ModelOutputs, mode: str) -> np.ndarray:
     return outputs.correct()
 
 
-def fit_logistic(s: np.ndarray, y: np.ndarray, max_iter: int = 100) -> tuple[float, float]:
-    """Unregularised 1-D logistic regression ``P(y=1) = sigmoid(a*s + b)`` by damped
-    Newton iterations in float64, to a gradient below 1e-12 (the exact optimum). When the
-    data are separable the optimum is at infinity; the iteration then stops once the
-    gradient vanishes numerically, with large |a| or |b|."""
-    s = np.asarray(s, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    X = np.stack([s, np.ones_like(s)], axis=1)
-    n = s.shape[0]
+#: Examples per block of :class:`_LogisticPass`, whose ten float64 buffers then stay in
+#: cache. One pass over N = 1,000,000 on one thread: 9.3 ms with blocks of 2^16 (10.1 ms
+#: with 2^15, 9.6 ms with 2^17, 13.1 ms with 2^20).
+_PASS_BLOCK = 1 << 16
+#: From this many examples on, :func:`fit_logistic` starts from a fit on an evenly strided
+#: subsample of about this many (3-4 passes over all the data instead of 7-8).
+_FIT_SUBSAMPLE = 1 << 16
 
-    def loss(w: np.ndarray) -> float:
-        t = X @ w
-        return float(np.mean(np.logaddexp(0.0, t) - y * t))
 
-    w = np.zeros(2)
-    f = loss(w)
+class _LogisticPass:
+    """Mean log-loss of ``sigmoid(a s + b)`` against ``y`` and its gradient and Hessian in
+    ``(a, b)``, in one pass of float64 elementwise torch operations over the data.
+
+    The loss is ``mean(softplus(t) - y t)`` with ``softplus(t) = max(t, 0) +
+    log1p(exp(-|t|))`` (no overflow), the gradient ``mean((p - y) [s, 1])`` with
+    ``p = sigmoid(t)`` and the Hessian ``mean(w [s^2, s, 1])`` with ``w = p (1 - p) =
+    e / (1 + e)^2``, ``e = exp(-|t|)``. Block by block (:data:`_PASS_BLOCK`), the seven
+    per-example terms are written into one buffer and summed at once; the block sums are
+    then added in block order. One pass over 1,000,000 examples: 9.3 ms on one thread;
+    the float64 NumPy Newton this replaced took 22 ms for the gradient and Hessian, plus
+    a loss pass for each trial step.
+    """
+
+    def __init__(self, s: torch.Tensor, y: torch.Tensor):
+        self.s, self.y, self.n = s, y, s.shape[0]
+        m = min(_PASS_BLOCK, max(self.n, 1))
+        self.q = torch.empty((7, m), dtype=torch.float64)
+        self.t = torch.empty(m, dtype=torch.float64)
+        self.e = torch.empty(m, dtype=torch.float64)
+        self.d = torch.empty(m, dtype=torch.float64)
+        self.sums = torch.empty((-(-self.n // _PASS_BLOCK), 7), dtype=torch.float64)
+        for i, start in enumerate(range(0, self.n, _PASS_BLOCK)):
+            yb = y[start:start + _PASS_BLOCK]
+            q = self.q[:2, :yb.shape[0]]
+            torch.mul(s[start:start + _PASS_BLOCK], yb, out=q[0])
+            q[1].copy_(yb)
+            torch.sum(q, dim=1, out=self.sums[i, :2])
+        self.sy, self.sum_y = self.sums[:, :2].sum(dim=0).tolist()
+
+    def __call__(self, a: float, b: float):
+        """``(loss, its rounding scale, gradient, (H_aa, H_ab, H_bb))`` at ``(a, b)``."""
+        for i, start in enumerate(range(0, self.n, _PASS_BLOCK)):
+            s, y = self.s[start:start + _PASS_BLOCK], self.y[start:start + _PASS_BLOCK]
+            m = s.shape[0]
+            q, t, e, d = self.q[:, :m], self.t[:m], self.e[:m], self.d[:m]
+            torch.mul(s, a, out=t).add_(b)
+            torch.abs(t, out=e).neg_().exp_()  # e = exp(-|t|)
+            torch.log1p(e, out=q[0])
+            torch.clamp(t, min=0.0, out=q[1])
+            torch.sigmoid(t, out=q[3]).sub_(y)  # r = p - y
+            torch.mul(q[3], s, out=q[2])
+            torch.add(e, 1.0, out=d)
+            torch.div(e, d.mul_(d), out=q[6])  # w = p (1 - p)
+            torch.mul(q[6], s, out=q[5])
+            torch.mul(q[5], s, out=q[4])
+            torch.sum(q, dim=1, out=self.sums[i])
+        sp, relu, rs, r, wss, ws, w = self.sums.sum(dim=0).tolist()
+        n = self.n
+        f = (sp + relu - a * self.sy - b * self.sum_y) / n
+        # the size of the terms of f, for what float64 rounding can change in it
+        scale = (sp + relu + abs(a * self.sy) + abs(b * self.sum_y)) / n
+        return f, scale, (rs / n, r / n), (wss / n, ws / n, w / n)
+
+
+def _newton(derivatives: _LogisticPass, a: float, b: float, max_iter: int,
+            first=None) -> tuple[float, float]:
+    """Damped Newton on the mean log-loss from ``(a, b)`` (``first``: the pass there, if
+    done) to a gradient below 1e-12.
+
+    Each trial point is one pass (loss, gradient and Hessian together). A step is taken
+    when it decreases the loss enough (Armijo, 1e-4), or when the loss does not grow beyond
+    float64 rounding (near the optimum it no longer resolves the decrease) and the largest
+    gradient component at least halves; otherwise the step is halved (down to 1e-10, then
+    the iteration stops, as it does when a step no longer moves ``(a, b)``)."""
+    f, _, g, h = first if first is not None else derivatives(a, b)
     for _ in range(max_iter):
-        t = X @ w
-        p = 0.5 * (1.0 + np.tanh(0.5 * t))  # sigmoid, overflow-free
-        g = X.T @ (p - y) / n
-        if np.max(np.abs(g)) < 1e-12:
+        gmax = max(abs(g[0]), abs(g[1]))
+        if not gmax >= 1e-12:
             break
-        H = (X * (p * (1 - p))[:, None]).T @ X / n
-        try:
-            d = np.linalg.solve(H + 1e-14 * np.eye(2), g)
-            if not np.all(np.isfinite(d)) or g @ d <= 0:
-                raise np.linalg.LinAlgError
-        except np.linalg.LinAlgError:
-            d = g
+        h00, h01, h11 = h[0] + 1e-14, h[1], h[2] + 1e-14
+        det = h00 * h11 - h01 * h01
+        d0 = (h11 * g[0] - h01 * g[1]) / det if det > 0 else math.nan
+        d1 = (h00 * g[1] - h01 * g[0]) / det if det > 0 else math.nan
+        gd = g[0] * d0 + g[1] * d1
+        if not (math.isfinite(d0) and math.isfinite(d1) and gd > 0):
+            d0, d1 = g  # not a descent direction: a gradient step
+            gd = g[0] * d0 + g[1] * d1
         step = 1.0
         while step > 1e-10:
-            w_new = w - step * d
-            f_new = loss(w_new)
-            if f_new <= f - 1e-4 * step * (g @ d):
+            a_new, b_new = a - step * d0, b - step * d1
+            f_new, scale, g_new, h_new = derivatives(a_new, b_new)
+            if f_new <= f - 1e-4 * step * gd or (
+                f_new <= f + 1e-12 * scale and max(abs(g_new[0]), abs(g_new[1])) <= 0.5 * gmax
+            ):
                 break
             step *= 0.5
         else:
             break
-        if np.max(np.abs(w_new - w)) <= 1e-13 * (1 + np.max(np.abs(w))):
-            w, f = w_new, f_new
+        small = max(abs(a_new - a), abs(b_new - b)) <= 1e-13 * (1 + max(abs(a), abs(b)))
+        a, b, f, g, h = a_new, b_new, f_new, g_new, h_new
+        if small:
             break
-        w, f = w_new, f_new
-    return float(w[0]), float(w[1])
+    return a, b
+
+
+def fit_logistic(s: np.ndarray, y: np.ndarray, max_iter: int = 100) -> tuple[float, float]:
+    """Unregularised 1-D logistic regression ``P(y=1) = sigmoid(a*s + b)`` by damped
+    Newton iterations in float64, to a gradient below 1e-12 (the exact optimum). When the
+    data are separable the optimum is at infinity; the iteration then stops once the
+    gradient vanishes numerically, with large |a| or |b|.
+
+    Each Newton trial is one pass of float64 torch operations on one thread
+    (:class:`_LogisticPass`); from ``2**18`` examples on, the iteration starts from the
+    fit on an evenly strided subsample of ``~2**16`` examples (kept only when its loss on
+    all the data is below the loss at ``(0, 0)``, else the fit starts from zero), so that
+    4 passes over all the data are left instead of 7-8. Measured: 1,000,000 examples,
+    44 ms against 160-450 ms for the NumPy Newton this replaced; 50,000, 2.5 ms against
+    7-24 ms; 2,000, 0.4 ms against 0.9-1.9 ms.
+    """
+    s_t = torch.from_numpy(np.ascontiguousarray(s, dtype=np.float64))
+    y_t = torch.from_numpy(np.ascontiguousarray(y, dtype=np.float64))
+    n = s_t.shape[0]
+    if n == 0:
+        return 0.0, 0.0
+    with one_torch_thread():
+        full = _LogisticPass(s_t, y_t)
+        a = b = 0.0
+        first = None
+        if n // _FIT_SUBSAMPLE >= 4:
+            stride = n // _FIT_SUBSAMPLE
+            sub = _LogisticPass(s_t[::stride].contiguous(), y_t[::stride].contiguous())
+            a, b = _newton(sub, 0.0, 0.0, max_iter)
+            first = full(a, b) if math.isfinite(a) and math.isfinite(b) else None
+            if first is None or not first[0] < math.log(2.0):  # the loss at (0, 0) is log 2
+                a = b = 0.0
+                first = None
+        a, b = _newton(full, a, b, max_iter, first)
+    return float(a), float(b)
 
 
 class PlattModule(torch.nn.Module):
