@@ -182,7 +182,8 @@ class Report:
         from_logits = f"{api.seconds * 1e3:9.2f}" if logits else dash
         print(f"  {api.name:60s} {api.seconds * 1e3:9.2f} {from_logits} {'':9s} {'':9s}  "
               f"{api.check}")
-        base, star = (same, " ") if same is not None or not logits else (api, "*")
+        base = same if same is not None else api
+        star = "*" if same is None and logits else " "
         if same is not None:
             print(f"  {same.name:60s} {same.seconds * 1e3:9.2f} {'':>9s} {'':9s} {'':9s}  "
                   f"{same.check}")
@@ -192,7 +193,10 @@ class Report:
                 ratios.append(("from logits", (row.seconds + row.prep) / api.seconds))
             name = row.name + ("" if row.same_definition else " [other definition]")
             slower = [what for what, r in ratios if r < 1.0]
-            flag = f"  <-- selbench SLOWER ({', '.join(slower)})" if slower else ""
+            flag = ""
+            if slower:
+                flag = (f"  <-- selbench SLOWER ({', '.join(slower)})" if count
+                        else "  <-- faster (another quantity; not a target)")
             cols = (f"{(row.seconds + row.prep) * 1e3:9.2f} {ratios[0][1]:8.1f}x{star}"
                     f"{ratios[1][1]:8.1f}x" if logits
                     else f"{dash} {ratios[0][1]:8.1f}x{star}{dash}")
