@@ -602,6 +602,13 @@ def main(argv: list[str] | None = None) -> list[str]:
     ap.add_argument("--quick", action="store_true",
                     help="small sizes only (N <= 50,000; temperature 2,000 x 100)")
     args = ap.parse_args(argv)
+    with warnings.catch_warnings():  # the peers' deprecation notices (scikit-learn, torch.jit)
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return run(args)
+
+
+def run(args: argparse.Namespace) -> list[str]:
     sections = args.only or SECTIONS
     big = not args.quick
     report = Report()
