@@ -18,13 +18,14 @@ import traceback
 
 import bench_ece
 import bench_paper
+import bench_peers
 import bench_temperature
 import bench_training
 
 BENCHMARKS = {"training": bench_training, "ece": bench_ece, "temperature": bench_temperature,
-              "paper": bench_paper}
+              "paper": bench_paper, "peers": bench_peers}
 #: benchmarks without --full / --device options (CPU-only, fixed sizes)
-FIXED = ("ece", "temperature")
+FIXED = ("ece", "temperature", "peers")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         try:
             summary += module.main(flags)
-        except Exception:  # report and go on with the other benchmarks
+        except (Exception, SystemExit):  # report (a value mismatch too) and go on
             traceback.print_exc()
             failed.append(name)
         print(f"[{name}: {time.perf_counter() - t0:.0f} s]")
