@@ -146,7 +146,7 @@ def test_provenance_in_cells_run_and_leaderboard_json(five):
         cell = json.loads(path.read_text())
         assert cell["spec_hash"] == prov["spec_hash"] and cell["timing"]["fit_s"] >= 0
     timing = _rows(board)["Temp. scale"]["timing"]
-    assert timing["cells"] == 5 and timing["fit_s_total"] >= 0 and timing["devices"] == ["cpu"]
+    assert timing["cells"] == 5 and timing["fit_s_total"] >= 0 and timing["devices"] == [prov["device"]]
     fit_s = [json.loads(p.read_text())["timing"]["fit_s"]
              for p in (five / "cells").rglob("seed*.json")
              if json.loads(p.read_text())["method"] == "Temp. scale"]

@@ -224,7 +224,7 @@ class SelbenchPluginManager(pluggy.PluginManager):
                     continue
                 if registered is None:  # blocked
                     continue
-                self._plugin_distinfo.append((plugin, dist))  # as pluggy's own loader
+                self._plugin_distinfo.append((plugin, _distinfo(dist)))  # as pluggy's loader
                 self.origins[ep.name] = origin
                 count += 1
         return count
@@ -234,6 +234,17 @@ class SelbenchPluginManager(pluggy.PluginManager):
         if name not in self.origins:
             self.origins[name] = _origin_of(name, self.get_plugin(name))
         return self.origins[name]
+
+
+def _distinfo(dist: Any) -> Any:
+    """What pluggy's own loader stores for ``dist``: the distribution itself from pluggy 1.7
+    (whose ``list_plugin_distinfo`` wraps it in a ``DistFacade``), the ``DistFacade`` before
+    (whose ``list_plugin_distinfo`` returns what is stored)."""
+    if hasattr(pluggy.PluginManager, "list_plugin_distributions"):
+        return dist
+    from pluggy._manager import DistFacade  # pluggy < 1.7
+
+    return DistFacade(dist)
 
 
 def _dist_name_version(dist: Any) -> tuple[str, str | None]:

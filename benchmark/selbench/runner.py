@@ -40,7 +40,7 @@ import numpy as np
 import yaml
 
 import selbench
-from selbench.api import FitContext, Scheme
+from selbench.api import FitContext
 from selbench.codeid import code_digest, core_digest
 from selbench.data import DataError, ModelOutputs
 from selbench.evaluate import EvaluationError, check_vector, eval_rows, fit_indices
