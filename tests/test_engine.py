@@ -21,6 +21,7 @@ from selbench.api import (
 )
 from selbench.plugins import get_registry
 from selbench.torchutils import BatchedMLP, build_mlp, run_module, seeded_init
+from selbench_plugins.selectors.mlp import MLPSelectorNet
 
 TOL = 1e-5
 FAST = {"epochs": 12, "lr": 5e-3, "batch_size": 64}
@@ -257,6 +258,7 @@ def test_hand_stacked_modules_equal_torch_func(monkeypatch, rec, loss, k):
     prediction included) train as the generic torch.func stacking of the same modules does."""
     def fit(generic):
         if generic:
+            monkeypatch.setattr(MLPSelectorNet, "stacks_lanes", False)
             monkeypatch.setattr("selbench_plugins.schemes.training.stack_selectors",
                                 engine.FuncStack)
             monkeypatch.setattr("selbench_plugins.schemes.training.stack_recalibrators",
@@ -315,6 +317,37 @@ def test_default_fit_many_loops_fit():
     sch = Recorder()
     assert sch.fit_many(jobs) is sch
     assert calls == [(50, s, b) for s, b in CELLS]
+
+
+@pytest.mark.parametrize("lanes,split", [(3, 1), (3, 2), (6, 2), (2, 3), (6, 4), (1, 2)])
+def test_batched_mlp_lanes_match_their_networks_and_write_back(lanes, split):
+    """Lanes: replica r reads x[r // (R / lanes)], its first layer one block of a wide matmul
+    (cut into ``split`` column blocks for the threads)."""
+    torch.manual_seed(0)
+    nets = [build_mlp(6, [4, 3]) for _ in range(6)]
+    per = 6 // lanes
+    x = torch.randn(lanes, 7, 6)
+    batched = BatchedMLP(nets, lanes=lanes, split=split)
+    out = batched(x)
+    assert out.shape == (6, 7)
+    for r, net in enumerate(nets):
+        torch.testing.assert_close(out[r], net(x[r // per]).squeeze(-1), atol=1e-6, rtol=1e-6)
+    with torch.no_grad():
+        for p in batched.parameters():
+            p.add_(torch.rand(p.shape))
+    batched.write_back(nets)
+    for r, net in enumerate(nets):
+        torch.testing.assert_close(batched(x)[r], net(x[r // per]).squeeze(-1),
+                                   atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="lanes"):
+        BatchedMLP(nets, lanes=4)
+
+
+def test_lane_order():
+    assert engine.lane_order([0, 0, 1, 1], [5, 5, 6, 6]) == ([0, 1, 2, 3], 2)
+    assert engine.lane_order([0, 1, 0, 1], [5, 6, 5, 6]) == ([0, 2, 1, 3], 2)
+    assert engine.lane_order([0, 0, 1], [5, 5, 6]) == ([0, 1, 2], 3)  # unequal lanes
+    assert engine.lane_order([0, 0, 0, 0], [5, 6, 5, 6]) == ([0, 2, 1, 3], 2)  # by seed too
 
 
 def test_batched_mlp_matches_its_networks_and_writes_back():

@@ -824,6 +824,12 @@ class StackableModule(Protocol):
     :class:`StackedRecalibratorModule` (recalibrators) whose parameters start from the
     replicas' own values. Each replica must end where its own training alone would (to
     float rounding).
+
+    A selector module class that also sets ``stacks_lanes = True`` accepts
+    ``stacked(modules, lanes=L, split=s)``: the replicas then come in L lanes of equal size
+    that read the same mini-batch (same data and seed: the training β's of a seed), and
+    ``forward`` receives one input per lane, ``x [L, B, d_in]`` (``split`` is a hint for
+    balancing CPU threads that it may ignore).
     """
 
     @classmethod

@@ -48,6 +48,7 @@ from selbench.torchutils import batched_adam, batched_threads, cpu_threads, epoc
 
 __all__ = [
     "REPLICA_RTOL",
+    "lane_order",
     "FuncRecalibratorStack",
     "FuncStack",
     "Tables",
@@ -269,6 +270,20 @@ class Tables:
         return out
 
 
+def lane_order(source: Sequence[int], seeds: Sequence[int]) -> tuple[list[int], int]:
+    """Arrange R replicas in *lanes*: replicas with the same data source and seed read
+    identical mini-batches (same rows, same noise). Returns ``(order, lanes)``: ``order``
+    lists the replica indices lane by lane (lanes in order of first appearance); when the
+    lanes are not all of one size, every replica is its own lane (``order = range(R)``,
+    ``lanes = R``), as lane-reading modules need ``R / lanes`` replicas per lane."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for r, key in enumerate(zip(source, seeds)):
+        groups.setdefault((int(key[0]), int(key[1])), []).append(r)
+    if len({len(g) for g in groups.values()}) != 1:
+        return list(range(len(seeds))), len(seeds)
+    return [r for g in groups.values() for r in g], len(groups)
+
+
 def _gather(table: torch.Tensor, rows: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
     """``table [U, n, ...]`` at flat rows ``u * n + i`` -> ``[R, B, ...]``."""
     flat = table.reshape(table.shape[0] * table.shape[1], *table.shape[2:])
@@ -289,6 +304,7 @@ def train_replicas(
     device: Any,
     noise_std: float = 0.0,
     noise: Sequence[tuple[str | None, int]] = (),
+    lane_tables: Sequence[str] = (),
     desc: str | None = None,
 ) -> None:
     """Train the stacked ``modules`` (already on ``device``) in place.
@@ -299,8 +315,13 @@ def train_replicas(
     tables that get Gaussian noise of std ``noise_std`` at every step (``(name, width)``;
     a ``None`` name draws ``[B, width]`` and discards it, as a field the replica does not
     read), from a generator seeded by ``seeds[r] + 1``. ``step_loss(batch)`` receives the
-    batch ``{name: [R, B, ...]}`` and returns the per-replica losses ``[R]``, summed for
-    one backward pass; one Adam (``lr``, ``weight_decay``) updates all parameters.
+    batch ``{name: [R, B, ...]}`` and returns the per-replica losses ``[R]`` (or their
+    sum), summed for one backward pass; one Adam (``lr``, ``weight_decay``) updates all parameters.
+
+    The tables named in ``lane_tables`` come once per lane instead, ``[L, B, ...]``: the
+    replicas must then be in lanes of equal size, consecutive, as :func:`lane_order`
+    arranges them (ValueError otherwise), for modules that read a lane's batch once (the
+    hand-stacked MLP's wide first layer).
     """
     r_count = len(seeds)
     n = int(next(iter(tables.values())).shape[1])
@@ -308,6 +329,14 @@ def train_replicas(
     distinct = list(dict.fromkeys(int(s) for s in seeds))
     lane = torch.tensor([distinct.index(int(s)) for s in seeds], device=device)
     offsets = torch.tensor([int(u) * n for u in source], device=device)[:, None]
+    lane_first: list[int] = []  # the first replica of each lane
+    if lane_tables:
+        order, lanes = lane_order(source, seeds)
+        if order != list(range(r_count)):
+            raise ValueError("lane_tables: the replicas are not in equal, consecutive lanes")
+        lane_first = list(range(0, r_count, r_count // lanes))
+    lane_of_lane = lane[lane_first] if lane_first else lane
+    offsets_lane = offsets[lane_first] if lane_first else offsets
     parameters = [p for m in modules for p in m.parameters()]
     optimizer = batched_adam(parameters, lr, weight_decay)
     shuffles = [torch.Generator().manual_seed(s) for s in distinct]
@@ -329,18 +358,27 @@ def train_replicas(
         perms = epoch_permutations(shuffles, n, int(epochs), device)
         for _, perm in zip(epoch_iter, perms):
             rows_all = perm.index_select(0, lane) + offsets  # [R, n]
+            rows_lane = perm.index_select(0, lane_of_lane) + offsets_lane if lane_first else None
             for start in range(0, n, bs):
                 stop = min(start + bs, n)
                 rows = rows_all[:, start:stop].reshape(-1)
-                batch = {k: _gather(t, rows, (r_count, stop - start)) for k, t in tables.items()}
+                batch = {}
+                for k, t in tables.items():
+                    if k in lane_tables:
+                        lane_rows = rows_lane[:, start:stop].reshape(-1)
+                        batch[k] = _gather(t, lane_rows, (len(lane_first), stop - start))
+                    else:
+                        batch[k] = _gather(t, rows, (r_count, stop - start))
                 for name, width in noise:
                     if not noise_gens:
                         break
                     draw = torch.stack([
                         torch.randn((stop - start, width), generator=gen, device=device)
                         for gen in noise_gens
-                    ]).index_select(0, lane)
+                    ])
                     if name is not None:
+                        draw = draw.index_select(0, lane_of_lane if name in lane_tables
+                                                 else lane)
                         batch[name] = batch[name] + noise_std * draw.to(batch[name].dtype)
                 total = step_loss(batch).sum()
                 optimizer.zero_grad(set_to_none=True)

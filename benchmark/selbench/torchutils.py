@@ -19,6 +19,7 @@ editing it recomputes the cells of those plugins.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -29,6 +30,7 @@ import torch
 __all__ = [
     "EVAL_CHUNK",
     "BatchedMLP",
+    "balanced_split",
     "batched_adam",
     "batched_threads",
     "build_mlp",
@@ -176,41 +178,86 @@ def mlp_linears(net: torch.nn.Module) -> list[torch.nn.Linear]:
 class BatchedMLP(torch.nn.Module):
     """R independent :func:`build_mlp` networks evaluated as one, for batched training
     (the hand-stacked module of the MLP selector and MLP recalibrator, see
-    :func:`selbench.engine.stack`).
+    :func:`selbench.engine.stack_selectors`).
 
     Every parameter gets a leading replica dimension, so one ``baddbmm`` per layer runs all
     replicas: ``forward(x [R, B, d_in]) -> [R, B]``, the networks' single output (a logit).
     The initial values are copied from ``nets`` (whose own initialisation, seeded per
     replica, is thereby reproduced exactly), and :meth:`write_back` copies the trained
-    values into them. Measured on 2 CPU cores, 20 replicas of the paper's 512-128-128-1
-    network, batch 100 (forward, backward and Adam): 7.5-8.2 ms a step, against 9.6-13.5 ms
-    for the same networks stacked by ``torch.func`` (``vmap`` of ``functional_call``), which
-    runs the width-1 output layer as a matmul; hence this module.
+    values into them.
+
+    With ``lanes = L < R`` the replicas come in L *lanes* of ``m = R / L`` consecutive
+    replicas that read the same mini-batch (the training β's of one seed, which share the
+    fitting sample, the batch order and the noise: see :mod:`selbench.engine`), and
+    ``forward`` takes ``x [L, B, d_in]``: the first layer of a lane is then one wide matmul
+    ``x_l @ [W_1 | ... | W_m]``, cut into ``split`` column blocks so that the CPU threads get
+    equal work (5 lanes on 2 threads: 10 blocks). Measured on 2 CPU cores (20 replicas of
+    the paper's 512-128-128-1 network, batch 100, forward, backward and Adam): 7.5-8.2 ms a
+    step, against 9.6-13.5 ms for the same networks stacked by ``torch.func`` (which runs
+    the width-1 output layer as a matmul); the lanes' wide first layer saves a further ~10 %
+    of the matmul time on ImageNet's 20-replica methods (``perf/bench_paper.py``).
     """
 
-    def __init__(self, nets: Sequence[torch.nn.Module]):
+    def __init__(self, nets: Sequence[torch.nn.Module], lanes: int | None = None,
+                 split: int = 1):
         super().__init__()
         per_net = [mlp_linears(net) for net in nets]
         shapes = [tuple(tuple(lin.weight.shape) for lin in lins) for lins in per_net]
         if len(set(shapes)) != 1:
             raise ValueError(f"networks of different shapes cannot be stacked: {set(shapes)}")
-        self.replicas = len(nets)
+        r = len(nets)
+        lanes = r if lanes is None else int(lanes)
+        if lanes < 1 or r % lanes:
+            raise ValueError(f"{r} replicas cannot form {lanes} equal lanes")
+        self.replicas, self.lanes, self.per_lane = r, lanes, r // lanes
+        u, m = self.lanes, self.per_lane
+        self.width0 = int(per_net[0][0].weight.shape[0])
+        cols = m * self.width0
+        split = max(1, int(split))
+        self.split = split if cols % split == 0 and (
+            (cols // split) % self.width0 == 0 or self.width0 % (cols // split) == 0
+        ) else 1
         self.weights = torch.nn.ParameterList()
         self.biases = torch.nn.ParameterList()
         with torch.no_grad():
             for i in range(len(per_net[0])):
                 w = torch.stack([lins[i].weight.detach().t() for lins in per_net])  # [R, in, out]
                 b = torch.stack([lins[i].bias.detach() for lins in per_net])[:, None, :]
+                if i == 0:  # [L*split, in, m*out/split]: the m replicas of a lane side by side
+                    d_in, sp = w.shape[1], self.split
+                    w = w.view(u, m, d_in, -1).permute(0, 2, 1, 3).reshape(u, d_in, cols)
+                    w = w.view(u, d_in, sp, -1).transpose(1, 2).reshape(u * sp, d_in, -1)
+                    b = b.reshape(u * sp, 1, -1)
                 self.weights.append(torch.nn.Parameter(w.contiguous().clone()))
                 self.biases.append(torch.nn.Parameter(b.contiguous().clone()))
 
+    def _first_layer(self, x: torch.Tensor) -> torch.Tensor:
+        """Layer 0 (with its ReLU when more layers follow) as ``[R, B, width0]``."""
+        u, batch = x.shape[0], x.shape[1]
+        if u != self.lanes:
+            raise ValueError(f"x: expected {self.lanes} lanes of inputs, got {u}")
+        sp, m, w0 = self.split, self.per_lane, self.width0
+        if sp > 1:
+            x = x.unsqueeze(1).expand(u, sp, batch, x.shape[-1]).reshape(u * sp, batch, -1)
+        h = torch.baddbmm(self.biases[0], x, self.weights[0])  # [L*sp, B, m*w0/sp]
+        if len(self.weights) > 1:
+            h = torch.relu(h)
+        if m == 1 and sp == 1:
+            return h
+        c = h.shape[-1]
+        if c % w0 == 0:  # each block holds whole replicas: [L, sp, B, m/sp, w0]
+            h = h.view(u, sp, batch, c // w0, w0).permute(0, 1, 3, 2, 4)
+            return h.reshape(self.replicas, batch, w0)
+        h = h.view(u, sp, batch, c).permute(0, 2, 1, 3).reshape(u, batch, m, w0)
+        return h.transpose(1, 2).reshape(self.replicas, batch, w0)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self._first_layer(x)
         last = len(self.weights) - 1
-        h = x
-        for i in range(last):
-            h = torch.relu(torch.baddbmm(self.biases[i], h, self.weights[i]))
         if last == 0:
-            return torch.baddbmm(self.biases[0], h, self.weights[0]).squeeze(-1)
+            return h.squeeze(-1)
+        for i in range(1, last):
+            h = torch.relu(torch.baddbmm(self.biases[i], h, self.weights[i]))
         # the output layer (width 1) as a multiply-and-sum: a matmul with one column is
         # slow in every BLAS
         return (h * self.weights[last].transpose(1, 2)).sum(-1) + self.biases[last][:, :, 0]
@@ -218,11 +265,25 @@ class BatchedMLP(torch.nn.Module):
     @torch.no_grad()
     def write_back(self, nets: Sequence[torch.nn.Module]) -> None:
         """Copy replica ``r``'s trained parameters into ``nets[r]`` (on its own device)."""
+        u, m, sp = self.lanes, self.per_lane, self.split
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+            if i == 0:
+                d_in = w.shape[1]
+                w = w.view(u, sp, d_in, -1).transpose(1, 2).reshape(u, d_in, -1)
+                w = w.view(u, d_in, m, -1).permute(0, 2, 1, 3).reshape(self.replicas, d_in, -1)
+                b = b.reshape(self.replicas, 1, -1)
             for r, net in enumerate(nets):
                 lin = mlp_linears(net)[i]
                 lin.weight.copy_(w[r].t())
                 lin.bias.copy_(b[r, 0])
+
+
+def balanced_split(lanes: int, device: Any, threads: int) -> int:
+    """How many column blocks :class:`BatchedMLP` should cut each lane's first layer into so
+    that the blocks divide evenly among ``threads`` CPU threads (1 on other devices)."""
+    if torch.device(device).type != "cpu" or threads <= 1:
+        return 1
+    return threads // math.gcd(int(lanes), int(threads))
 
 
 @torch.no_grad()

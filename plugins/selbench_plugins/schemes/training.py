@@ -47,8 +47,14 @@ from selbench.api import (
 )
 from selbench.checks import check_outputs
 from selbench.data import ModelOutputs
-from selbench.engine import Tables, stack_recalibrators, stack_selectors, train_replicas
-from selbench.torchutils import EVAL_CHUNK, device_of, to_tensor
+from selbench.engine import (
+    Tables,
+    lane_order,
+    stack_recalibrators,
+    stack_selectors,
+    train_replicas,
+)
+from selbench.torchutils import EVAL_CHUNK, balanced_split, batched_threads, device_of, to_tensor
 
 TRAINING_SCHEMES = ("selection", "sequential", "joint")
 
@@ -226,21 +232,37 @@ def train_part(name: str, params: Any, reps: list[_Replica], *, train_h: bool) -
     """Train replicas that share data shapes, module classes and device as one model
     (:func:`selbench.engine.train_replicas`); each ends where it would trained alone, to
     float rounding (see :mod:`selbench.engine`)."""
+    device = reps[0].job.context.torch_device()
+    n = len(reps[0].job.outputs)
+    tables = Tables(n)
+    for r in reps:
+        tables.add(r.arrays)
+    # replicas that read the same rows (same data and seed: the training β's of a seed) form
+    # a lane; a selector module class that reads lanes (``stacks_lanes``) multiplies a
+    # lane's batch by its replicas' first-layer weights side by side
+    g_cls = type(reps[0].g_module)
+    lanes = None
+    if getattr(g_cls, "stacks_lanes", False) and callable(getattr(g_cls, "stacked", None)):
+        order, count = lane_order(tables.source, [int(r.job.context.seed) for r in reps])
+        if count < len(reps):
+            reps, lanes = [reps[i] for i in order], count
+            tables = Tables(n)
+            for r in reps:
+                tables.add(r.arrays)
     jobs = [r.job for r in reps]
-    device = jobs[0].context.torch_device()
     need_lp = bool(jobs[0].loss.needs_log_probs)
-    n = len(jobs[0].outputs)
     trained_h = reps[0].h_module is not None
 
-    g_stack = stack_selectors([r.g_module for r in reps]).to(device)
+    if lanes is not None:
+        split = balanced_split(lanes, device, batched_threads(device))
+        g_stack = g_cls.stacked([r.g_module for r in reps], lanes=lanes, split=split)
+    else:
+        g_stack = stack_selectors([r.g_module for r in reps])
+    g_stack = g_stack.to(device)
     modules: list[torch.nn.Module] = [g_stack]
     h_stack = None
     h_predicts = False
     uses_features = False
-    tables = Tables(n)
-    for r in reps:
-        arrays = dict(r.arrays)
-        tables.add(arrays)
     dtypes = {"labels": torch.int64}
     data = tables.to(device, dtypes)
     if trained_h:
@@ -270,13 +292,15 @@ def train_part(name: str, params: Any, reps: list[_Replica], *, train_h: bool) -
             correct = h_stack.correct(hb) if h_predicts else batch["correct"]
         else:
             conf, lp, correct = batch["conf"], batch.get("label_lp"), batch["correct"]
-        parts = []
-        for loss, rows in sel_groups:
-            parts.append(loss(g[rows], conf[rows], correct[rows],
-                              None if lp is None else lp[rows]).sum())
-        for cov, rows in cov_groups:
-            parts.append(cov(g[rows], beta[rows]).sum())
-        return torch.stack(parts)
+        if len(sel_groups) == 1:  # the usual case: one call on all rows, no slicing
+            total = sel_groups[0][0](g, conf, correct, lp).sum()
+        else:
+            total = sum(loss(g[rows], conf[rows], correct[rows],
+                             None if lp is None else lp[rows]).sum()
+                        for loss, rows in sel_groups)
+        if len(cov_groups) == 1:
+            return total + cov_groups[0][0](g, beta).sum()
+        return total + sum(cov(g[rows], beta[rows]).sum() for cov, rows in cov_groups)
 
     noise = [("x", reps[0].arrays["x"].shape[1])]
     if train_h:  # h's feature noise, drawn whether h reads the features or not
@@ -291,7 +315,7 @@ def train_part(name: str, params: Any, reps: list[_Replica], *, train_h: bool) -
         seeds=[int(j.context.seed) for j in jobs], step_loss=step_loss,
         epochs=int(params.epochs), batch_size=int(params.batch_size), lr=params.lr,
         weight_decay=params.weight_decay, device=device, noise_std=float(params.noise_std),
-        noise=noise, desc=desc,
+        noise=noise, lane_tables=("x",) if lanes is not None else (), desc=desc,
     )
     g_stack.write_back([r.g_module for r in reps])
     for r in reps:

@@ -28,24 +28,31 @@ class MLPSelectorNet(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.net(x).squeeze(-1))
 
+    #: ``stacked`` takes ``lanes``: replicas that read the same batch share one wide
+    #: first-layer matmul (see :class:`selbench.torchutils.BatchedMLP`)
+    stacks_lanes = True
+
     @classmethod
-    def stacked(cls, modules: list[MLPSelectorNet]) -> BatchedMLPSelector:
+    def stacked(cls, modules: list[MLPSelectorNet], lanes: int | None = None,
+                split: int = 1) -> BatchedMLPSelector:
         """The replicas ``modules`` as one hand-stacked module (see
         :class:`BatchedMLPSelector`)."""
-        return BatchedMLPSelector(modules)
+        return BatchedMLPSelector(modules, lanes, split)
 
 
 class BatchedMLPSelector(torch.nn.Module):
     """R :class:`MLPSelectorNet` replicas trained as one (hand-stacked for the training
     engine; measured faster than ``torch.func``, see :class:`selbench.torchutils.BatchedMLP`).
 
-    ``forward(x [R, B, d_in]) -> ĝ [R, B]``. Starts from the replicas' own weights;
-    :meth:`write_back` returns the trained weights to them.
+    ``forward(x [R, B, d_in]) -> ĝ [R, B]``, or ``x [L, B, d_in]`` with ``lanes = L``
+    (replicas ``r`` of lane ``r // (R / L)`` read ``x[l]``). Starts from the replicas' own
+    weights; :meth:`write_back` returns the trained weights to them.
     """
 
-    def __init__(self, modules: list[MLPSelectorNet]):
+    def __init__(self, modules: list[MLPSelectorNet], lanes: int | None = None,
+                 split: int = 1):
         super().__init__()
-        self.mlp = BatchedMLP([m.net for m in modules])
+        self.mlp = BatchedMLP([m.net for m in modules], lanes, split)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.mlp(x))
