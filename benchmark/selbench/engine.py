@@ -23,6 +23,10 @@ a method at once. Any ``torch.nn.Module`` can be a replica:
   data share one copy) in its own batch order (``torch.randperm`` of a generator seeded by
   its seed, epoch after epoch) with its own input noise (a generator seeded by ``seed +
   1``); replicas with equal seeds share the draws.
+* Replicas with equal data and seed (the training β's of a seed) form a *lane*: they read
+  the same batch, which a module class that declares ``stacks_lanes`` receives once per
+  lane (:func:`lane_order`; the hand-stacked MLP selector then runs one wide first-layer
+  GEMM per lane, measured as fast as the old engine's "streams", ``perf/README.md``).
 
 **Replica independence.** A replica's arithmetic is the same whichever replicas train
 with it, except that CPU (and GPU) kernels may sum a reduction in another order for other
