@@ -18,7 +18,7 @@ dataset plugins.
 
 :func:`core_digest` covers the core modules that decide a cell's numbers: the metric
 definitions (:mod:`selbench.metrics`), the data contract (:mod:`selbench.data`) and the cell
-evaluation (:mod:`selbench.evaluate`).
+evaluation (:mod:`selbench.evaluate`), with every selbench module they import.
 """
 
 from __future__ import annotations
@@ -156,8 +156,10 @@ def code_digest(obj: Any) -> str:
 
 @lru_cache(maxsize=1)
 def core_digest() -> str:
-    """Digest of :data:`CORE_MODULES`."""
-    return "src:" + _digest_modules(sorted(CORE_MODULES))
+    """Digest of :data:`CORE_MODULES` and every selbench module they import (the metric
+    modules :mod:`selbench.metrics` re-exports, its input checks)."""
+    modules = set().union(*(module_closure(m) for m in CORE_MODULES))
+    return "src:" + _digest_modules(sorted(modules))
 
 
 def clear_caches() -> None:
