@@ -190,6 +190,24 @@ EXTRA = {"mean_conf": lambda c, y: float(np.mean(c)),
          "first_gap": lambda c, y: float(c[0] - y[0])}  # order-sensitive: selection order
 RANKING = {"score_risk": lambda s, y: float(np.dot(s, 1.0 - y) / s.shape[0])}
 
+def _mean_conf(c, y):
+    return float(np.mean(c))
+
+
+def _first_gap(c, y):
+    return float(c[0] - y[0])
+
+
+def _score_risk(s, y):
+    return float(np.dot(s, 1.0 - y) / s.shape[0])
+
+
+_mean_conf.batched = lambda c, y: np.mean(c, axis=1)
+_first_gap.batched = lambda c, y: c[:, 0] - y[:, 0]
+_score_risk.batched = lambda s, y: np.einsum("ij,ij->i", s, 1.0 - y) / s.shape[1]
+BATCHED_EXTRA = {"mean_conf": _mean_conf, "first_gap": _first_gap}
+BATCHED_RANKING = {"score_risk": _score_risk}
+
 CASES = [(n, kind) for n in (1, 2, 3, 7, 14, 40)
          for kind in ("random", "tied_scores", "tied_conf", "all_correct", "all_wrong")]
 CASES += [(16, "constant"), (300, "random"), (300, "tied_scores"), (300, "tied_conf")]
@@ -216,6 +234,29 @@ def test_fast_path_equals_selective_metrics_loop(n, kind, delta, selects):
     for key in fast:
         for part in fast[key]:
             np.testing.assert_allclose(fast[key][part], slow[key][part], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("selects", [True, False])
+def test_batched_callables_equal_the_plain_loop(selects):
+    scores, conf, correct = cell_data(60, "tied_scores")
+    (fast, dist_fast), (slow, dist_slow) = both_paths(
+        scores, conf, correct, M.DEFAULT_BETAS, n_resamples=12, level=0.9, seed=4,
+        delta=None, selects=selects, extra=BATCHED_EXTRA, ranking=BATCHED_RANKING)
+    np.testing.assert_allclose(dist_fast, dist_slow, rtol=0, atol=1e-12)
+    plain, dist_plain = both_paths(scores, conf, correct, M.DEFAULT_BETAS, n_resamples=12,
+                                   level=0.9, seed=4, delta=None, selects=selects,
+                                   extra=EXTRA, ranking=RANKING)[0]
+    assert plain.keys() == fast.keys()
+    np.testing.assert_allclose(dist_fast, dist_plain, rtol=0, atol=1e-12)
+
+
+def test_batched_callable_of_the_wrong_shape_is_named():
+    scores, conf, correct = cell_data(20)
+    bad = lambda c, y: 0.0
+    bad.batched = lambda c, y: np.zeros(3)
+    with pytest.raises(ValueError, match=r"oops.batched returned shape \(3,\)"):
+        selective_intervals(scores, conf, correct, [0.5, 1.0], n_resamples=10,
+                            extra={"oops": bad})
 
 
 def test_fast_rows_equal_slow_rows_on_extreme_resamples():
