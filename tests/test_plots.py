@@ -1,4 +1,6 @@
-"""Figures: files written and valid, and reliability diagrams that agree with the ECE metric."""
+"""Figures: files written and valid and redrawn byte for byte; reliability diagrams (binned and
+smoothed), risk-coverage curves and metric curves that show exactly what the metric functions
+and the cells say."""
 
 from __future__ import annotations
 
@@ -9,16 +11,23 @@ import matplotlib.image
 import numpy as np
 import pytest
 from conftest import tiny_spec
+from matplotlib.collections import LineCollection, PolyCollection
 from selbench import metrics as M
+from selbench import plots as P
 from selbench.cli import main
+from selbench.metrics import METRICS
 from selbench.plots import (
     accepted_mask,
+    metric_curves,
     plot_beta,
     reliability_bins,
     reliability_figure,
+    risk_coverage_figure,
     write_plots,
 )
+from selbench.riskcoverage import augrc, aurc, risk_coverage_curve
 from selbench.runner import run, slug
+from selbench.smooth import smooth_reliability
 
 LABELS = ("None", "Temp. scale", "Confidence")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -34,7 +43,7 @@ def results(tmp_path_factory):
 
 def _expected_files(out):
     where = out / "plots" / "mixture"
-    stems = [where / "selective-ece", where / "selective-accuracy"]
+    stems = [where / "selective-ece", where / "selective-accuracy", where / "risk-coverage"]
     for label in LABELS:
         stems += [where / "reliability" / slug(label), where / "confidence" / slug(label)]
     return [stem.with_name(f"{stem.name}.{fmt}") for stem in stems for fmt in ("png", "svg")]
@@ -70,11 +79,23 @@ def test_reliability_bins_are_the_ece_bins(n):
     assert np.dot(bins.mass, np.abs(bins.confidence - bins.accuracy)) == pytest.approx(bins.ece1)
 
 
-def test_reliability_diagram_agrees_with_the_cell_metrics(results):
-    cell_path = results / "cells" / "mixture" / slug("Confidence") / "seed0.json"
+def _cell(results, label, seed=0):
+    """A cell record of the fixture's run and its per-example arrays."""
+    cell_path = results / "cells" / "mixture" / slug(label) / f"seed{seed}.json"
     cell = json.loads(cell_path.read_text())
+    if not cell.get("arrays"):  # only the first seed stores them
+        return cell, None
     with np.load(cell_path.with_suffix(".npz")) as data:
         arrays = {k: data[k] for k in ("confidence", "raw_confidence", "score", "correct")}
+    return cell, arrays
+
+
+def _legend_text(ax, start):
+    return next(t.get_text() for t in ax.get_legend().get_texts() if t.get_text().startswith(start))
+
+
+def test_reliability_diagram_agrees_with_the_cell_metrics(results):
+    cell, arrays = _cell(results, "Confidence")
     beta = 0.5  # the training β of tiny_spec, the diagrams' default
     accept = accepted_mask(arrays["score"], beta)
     b_i = cell["betas"].index(beta)
@@ -83,7 +104,7 @@ def test_reliability_diagram_agrees_with_the_cell_metrics(results):
     ece_acc = M.ece(conf[accept], correct[accept])
     assert ece_acc == pytest.approx(cell["metrics"]["ece1"][b_i], abs=1e-6)  # float32 arrays
     fig = reliability_figure(arrays, accept, beta, "t", "temperature")
-    before, after = fig.axes
+    before, after, smooth_before, smooth_after = fig.axes
     expected = {
         (before, "all"): (arrays["raw_confidence"], correct),
         (before, "accepted"): (arrays["raw_confidence"][accept], correct[accept]),
@@ -92,23 +113,175 @@ def test_reliability_diagram_agrees_with_the_cell_metrics(results):
     }
     for (ax, which), (c, y) in expected.items():
         ref = reliability_bins(c, y)
-        label = next(t.get_text() for t in ax.get_legend().get_texts() if t.get_text().startswith(which))
-        assert label.endswith(f"ECE₁ = {M.ece(c, y):.3f}") and f"n={len(c)}" in label
+        label = _legend_text(ax, which)
+        assert label.endswith(f"{METRICS['ece1'].label} = {M.ece(c, y):.3f}") and f"n={len(c)}" in label
         coll = next(col for col in ax.collections if col.get_label() == label)
         np.testing.assert_allclose(coll.get_offsets(), np.c_[ref.confidence, ref.accuracy])
         np.testing.assert_allclose(coll.get_sizes(), 700.0 * ref.mass)
     assert "after recalibration (temperature)" in after.get_title()
+    assert "smoothed" in smooth_before.get_title() and "before" in smooth_before.get_title()
+    assert "smoothed" in smooth_after.get_title() and "(temperature)" in smooth_after.get_title()
+
+
+def test_smoothed_reliability_panels_draw_smooth_reliability(results):
+    """The bottom row is the data of selbench.smooth.smooth_reliability: the curve point for
+    point, line widths and shaded density from its density, smECE and σ in the legend."""
+    _, arrays = _cell(results, "Confidence")
+    beta = 0.5
+    accept = accepted_mask(arrays["score"], beta)
+    correct = arrays["correct"].astype(np.float64)
+    fig = reliability_figure(arrays, accept, beta, "t", "temperature")
+    panels = {fig.axes[2]: arrays["raw_confidence"], fig.axes[3]: arrays["confidence"]}
+    for ax, conf in panels.items():
+        conf = conf.astype(np.float64)
+        lo, hi = ax.get_xlim()
+        pad = 0.015 * (hi - lo) / 1.03  # _square pads both limits by 1.5% of the range
+        lo, hi = lo + pad, hi - pad
+        assert hi == pytest.approx(1.0)
+        for which, c, y in (("all", conf, correct),
+                            (f"accepted, β = {beta:g}", conf[accept], correct[accept])):
+            sm = smooth_reliability(c, y)
+            label = _legend_text(ax, which + " (")
+            assert label == (f"{which} (n={len(c)}): {METRICS['smece'].label} = {sm.smece:.3f}, "
+                             f"σ = {sm.sigma:.3g}")
+            line = next(col for col in ax.collections
+                        if isinstance(col, LineCollection) and col.get_label() == f"_smoothed: {which}")
+            segs = np.asarray(line.get_segments())
+            np.testing.assert_allclose(segs[:, 0], np.c_[sm.x, sm.y][:-1], rtol=0, atol=1e-12)
+            np.testing.assert_allclose(segs[:, 1], np.c_[sm.x, sm.y][1:], rtol=0, atol=1e-12)
+            rel = sm.density / sm.density.max()
+            np.testing.assert_allclose(line.get_linewidths(),
+                                       P._LW[0] + P._LW[1] * (rel[:-1] + rel[1:]) / 2)
+            band = next(col for col in ax.collections
+                        if isinstance(col, PolyCollection) and col.get_label() == f"_density: {which}")
+            verts = band.get_paths()[0].vertices
+            top = np.c_[sm.x, lo + P._DENSITY_H * (hi - lo) * rel]
+            dist = np.abs(top[:, None, :] - verts[None, :, :]).max(axis=2).min(axis=1)
+            assert dist.max() < 1e-9  # the band's upper edge is the scaled density
+            assert verts[:, 1].min() == pytest.approx(lo)
+        # the panel's range holds every confidence and the curves over the confidences
+        assert lo <= conf.min()
+
+
+def test_risk_coverage_figure_draws_the_stored_arrays(results, tmp_path, monkeypatch):
+    """write_plots hands each method's stored scores and correctness of its first seed, and
+    whether it selects, to the risk-coverage figure, which plots risk_coverage_curve point for
+    point (selective and generalized risk) with AURC and AUGRC in the legend."""
+    seen = []
+    draw = P.risk_coverage_figure
+    monkeypatch.setattr(P, "risk_coverage_figure",
+                        lambda series, title: seen.append(series) or draw(series, title))
+    paths = write_plots(results, out=tmp_path, formats=("svg",))
+    assert tmp_path / "plots" / "mixture" / "risk-coverage.svg" in paths
+    (series,) = seen
+    assert [name.split(",")[0] for name, *_ in series] == list(LABELS)
+    for label, (name, scores, correct, selects) in zip(LABELS, series):
+        cell, arrays = _cell(results, label)
+        assert name == f"{label}, seed 0"
+        np.testing.assert_array_equal(scores, arrays["score"])
+        np.testing.assert_array_equal(correct, arrays["correct"])
+        assert selects is cell["selects"]
+    assert [s[3] for s in series] == [False, False, True]  # None, Temp. scale: no selector
+
+    fig = draw(series, "t")
+    risk_ax, gen_ax = fig.axes
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    for i, (name, scores, correct, selects) in enumerate(series):
+        label = (f"{name}: {METRICS['aurc'].label} = {aurc(scores, correct):.4f}, "
+                 f"{METRICS['augrc'].label} = {augrc(scores, correct):.4f}")
+        assert legend[i] == label
+        # the areas are those the cell holds
+        cell, _ = _cell(results, name.split(",")[0])
+        assert cell["metrics"]["aurc"][0] == pytest.approx(aurc(scores, correct), abs=1e-12)
+        assert cell["metrics"]["augrc"][0] == pytest.approx(augrc(scores, correct), abs=1e-12)
+        for ax, generalized in ((risk_ax, False), (gen_ax, True)):
+            (line,) = [ln for ln in ax.get_lines() if ln.get_label() == label]
+            cov, risk = risk_coverage_curve(scores, correct, generalized=generalized)
+            np.testing.assert_array_equal(line.get_xydata(), np.c_[cov, risk])
+            if selects:
+                assert len(cov) > 100 and line.get_linestyle() == "-"
+            else:  # constant scores: one point at full coverage, a marker
+                err = 1.0 - np.mean(correct)
+                np.testing.assert_allclose(line.get_xydata(), [[1.0, err]])
+                assert line.get_linestyle() == "None" and line.get_marker() not in (None, "None", "")
+
+
+def test_risk_coverage_curve_merges_ties_in_the_figure():
+    rng = np.random.default_rng(3)
+    scores = np.round(rng.uniform(size=400), 1)  # 11 distinct scores
+    correct = (rng.uniform(size=400) < 0.2 + 0.7 * scores).astype(float)
+    const = np.full(400, 0.5)
+    fig = risk_coverage_figure([("tied", scores, correct, True),
+                                ("no selection", const, correct, False)], "t")
+    for ax, generalized in zip(fig.axes, (False, True)):
+        tied, single = ax.get_lines()
+        assert len(tied.get_xydata()) == len(np.unique(scores))
+        np.testing.assert_array_equal(tied.get_xydata(),
+                                      np.c_[risk_coverage_curve(scores, correct, generalized=generalized)])
+        np.testing.assert_allclose(single.get_xydata(), [[1.0, 1.0 - correct.mean()]])
+        assert tied.get_xdata()[-1] == 1.0 and np.all(np.diff(tied.get_xdata()) > 0)
+    # at full coverage both risks are the error rate of all examples
+    assert fig.axes[0].get_lines()[0].get_ydata()[-1] == pytest.approx(1.0 - correct.mean())
+    assert fig.axes[1].get_lines()[0].get_ydata()[-1] == pytest.approx(1.0 - correct.mean())
+
+
+def test_metric_curves_are_the_cells_mean_and_std_over_seeds(results):
+    res = P.load_results([results])
+    exp = res.experiments[0]
+    curve = metric_curves(res, "mixture", "Confidence", exp["betas"], ["ece1", "smece", "accuracy"])
+    cells = [_cell(results, "Confidence", seed)[0] for seed in (0, 1)]
+    for key in ("ece1", "smece", "accuracy"):
+        for b_i, b in enumerate(exp["betas"]):
+            vals = [c["metrics"][key][c["betas"].index(b)] for c in cells]
+            assert curve[key]["mean"][b_i] == pytest.approx(np.mean(vals), abs=1e-15)
+            assert curve[key]["std"][b_i] == pytest.approx(np.std(vals, ddof=1), abs=1e-15)
+            assert curve[key]["n"][b_i] == 2
+
+
+def _curves_figures(monkeypatch):
+    calls = []
+    draw = P.curves_figure
+    monkeypatch.setattr(P, "curves_figure", lambda series, keys, title: calls.append(
+        (list(keys), series, draw(series, keys, title))) or calls[-1][2])
+    return calls
+
+
+def test_selective_ece_figure_labels_from_the_registry_and_smece_when_shown(
+        results, tmp_path, monkeypatch):
+    calls = _curves_figures(monkeypatch)
+    write_plots(results, out=tmp_path / "default", formats=("svg",))
+    assert [keys for keys, _, _ in calls] == [["ece1", "ece2"], ["accuracy"]]
+    for keys, _, fig in calls:
+        assert [ax.get_title() for ax in fig.axes] == [f"selective {METRICS[k].label}" for k in keys]
+        assert [ax.get_ylabel() for ax in fig.axes] == [METRICS[k].label for k in keys]
+
+    # a spec that shows smECE: a third panel, the cells' smECE over β
+    root = tmp_path / "smece"
+    run(tiny_spec(seeds=[0], metrics=["ece1", "smece", "accuracy"]), out_dir=root / "out",
+        cache_dir=root / "cache", progress=False, plots=False)
+    calls.clear()
+    write_plots(root / "out", formats=("svg",))
+    keys, series, fig = calls[0]
+    assert keys == ["ece1", "ece2", "smece"]
+    assert fig.axes[2].get_title() == f"selective {METRICS['smece'].label}"
+    cell = json.loads((root / "out" / "cells" / "mixture" / slug("Confidence") / "seed0.json").read_text())
+    (line,) = [ln for ln in fig.axes[2].get_lines() if ln.get_label() == "Confidence"]
+    np.testing.assert_allclose(line.get_xdata(), cell["betas"])
+    np.testing.assert_allclose(line.get_ydata(), cell["metrics"]["smece"], rtol=0, atol=1e-15)
+    assert (root / "out" / "plots" / "mixture" / "selective-ece.svg").is_file()
 
 
 def test_svgs_are_reproducible_and_plot_command_options(results, tmp_path, capsys):
-    svg = results / "plots" / "mixture" / "selective-ece.svg"
-    first = svg.read_bytes()
+    svgs = sorted((results / "plots").rglob("*.svg"))
+    assert len(svgs) == 9  # 3 per experiment, 2 per method (reliability, confidence)
+    first = {p: p.read_bytes() for p in svgs}
     write_plots(results, formats=("svg",))
-    assert svg.read_bytes() == first
+    for path in svgs:  # every figure, the smoothed reliability and risk-coverage ones too
+        assert path.read_bytes() == first[path], path
     out = tmp_path / "elsewhere"
     assert main(["plot", str(results), "--out", str(out), "--format", "png", "--beta", "0.8"]) == 0
-    assert "wrote 8 figure file(s)" in capsys.readouterr().err
-    assert len(list((out / "plots").rglob("*.png"))) == 8 and not list(out.rglob("*.svg"))
+    assert "wrote 9 figure file(s)" in capsys.readouterr().err
+    assert len(list((out / "plots").rglob("*.png"))) == 9 and not list(out.rglob("*.svg"))
     assert main(["plot", str(results), "--out", str(out), "--beta", "1.5"]) == 2
     assert "beta must lie in (0, 1]" in capsys.readouterr().err
 

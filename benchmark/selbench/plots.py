@@ -1,34 +1,59 @@
-"""The paper's figures, drawn from a results directory: reliability diagrams, selective
-calibration error and selective accuracy over coverage, confidence histograms.
+"""The paper's figures, drawn from a results directory: reliability diagrams (binned and
+smoothed), selective calibration error and selective accuracy over coverage, risk-coverage
+curves, confidence histograms.
 
 Everything is drawn from what ``selbench run`` wrote (cell files and, for the first seed, the
 per-example ``.npz`` arrays next to them), so ``selbench plot DIR`` redraws the figures
 without recomputing anything. Files go to ``DIR/plots/<experiment>/`` as PNG and SVG:
 
 ``reliability/<method>.png``  (the paper's Figure 1)
-    Two panels: the backbone's raw max-softmax confidence (*before recalibration*) and the
-    method's recalibrated confidence (*after*). Each shows all evaluation examples (blue) and
-    the examples the method's selector accepts at coverage β (green): one marker per bin,
-    at (mean confidence, accuracy) of the bin, its area proportional to the bin's share of
-    the examples (its weight in the ECE). The bins are exactly those of
-    :func:`selbench.metrics.ece` (15 equal-mass bins, ties merged), so the ECE₁ printed in
-    each legend is the weighted mean distance of the markers from the red diagonal.
+    Two columns: the backbone's raw max-softmax confidence (*before recalibration*) and the
+    method's recalibrated confidence (*after*). Each panel shows all evaluation examples (blue)
+    and the examples the method's selector accepts at coverage β (green).
+
+    *Top row, binned*: one marker per bin, at (mean confidence, accuracy) of the bin, its area
+    proportional to the bin's share of the examples (its weight in the ECE). The bins are
+    exactly those of :func:`selbench.metrics.ece` (15 equal-mass bins, ties merged), so the
+    ECE₁ printed in each legend is the weighted mean distance of the markers from the red
+    diagonal.
+
+    *Bottom row, smoothed* (the reliability diagram of relplot's ``rel_diagram``, Błasiok &
+    Nakkiran 2024): the kernel-smoothed accuracy against confidence from
+    :func:`selbench.smooth.smooth_reliability` (its bandwidth σ chosen with the smooth ECE
+    unless given), drawn as a line whose width grows with the kernel density of the
+    confidences, the density itself shaded along the bottom of the panel, the diagonal, and
+    the smECE (and σ) of each curve in the legend.
 ``selective-ece.png``  (Figure 2)
     ECE₁ and ECE₂ of the accepted examples against the coverage level β, one line per method:
-    the mean over seeds, shaded ± one standard deviation.
+    the mean over seeds, shaded ± one standard deviation; a third panel with the smECE when
+    the experiment's leaderboard columns (its spec's ``metrics:``) include ``smece``.
+``selective-accuracy.png``  (Figure 3, all methods)
+    Selective accuracy against β, one line per method, mean ± std over seeds.
+``risk-coverage.png``
+    For every method with per-example arrays, from its selector's scores on the evaluation
+    examples of the plotted seed (:func:`selbench.riskcoverage.risk_coverage_curve`, ties in
+    the scores merged: one point per distinct threshold): left, the selective risk (error rate
+    of the accepted examples) against coverage; right, the generalized risk (errors among the
+    accepted divided by all N examples, Traub et al. 2024). The legend gives each method's
+    AURC and AUGRC (:func:`selbench.riskcoverage.aurc`, :func:`~selbench.riskcoverage.augrc`).
+    A selector that does not select (its cell records ``selects: false``; its scores are
+    constant) has a single point, at full coverage, drawn as a marker.
 ``confidence/<method>.png``  (Figure 3)
     Left: histogram of the recalibrated confidence of all examples and of the accepted ones at
     β. Right: the method's selective accuracy over β (mean ± std over seeds), with the
     accuracy of all examples dashed.
-``selective-accuracy.png``  (Figure 3, all methods)
-    Selective accuracy against β, one line per method, mean ± std over seeds.
 
 The β of the per-example figures is the experiment's training β, or for ``per_beta``
 experiments the reported β closest to 0.8 (the paper's Figure 3); ``beta=`` overrides it.
-The accepted examples are chosen from the stored scores by :func:`selbench.metrics.accept_mask`
-(exactly ⌈β·n⌉ of them, ties broken by the cell's seed, with the experiment's Hoeffding
-``delta`` when it has a coverage guarantee), exactly as the runner selected them: the arrays
-are stored in float64 and verified against the checksum in their cell record.
+The per-example figures of a ``per_beta`` experiment (reliability, confidence, risk-coverage)
+use the cells trained at the β closest to it. The accepted examples are chosen from the stored
+scores by :func:`selbench.metrics.accept_mask` (exactly ⌈β·n⌉ of them, ties broken by the
+cell's seed, with the experiment's Hoeffding ``delta`` when it has a coverage guarantee),
+exactly as the runner selected them: the arrays are stored in float64 and verified against
+the checksum in their cell record.
+
+Metric names and labels come from the registry :data:`selbench.metrics.METRICS`; the curves
+over β are the means and standard deviations over seeds of the values the cells hold.
 
 Figures are drawn with matplotlib's object API on the Agg canvas (no pyplot, no global
 backend switch, no display needed); SVGs carry no date and stable element ids, so redrawing
@@ -45,16 +70,22 @@ from typing import Any
 
 import numpy as np
 
+from selbench import stats as S
 from selbench.leaderboard import LeaderboardError, ResultSet, load_results, tables_from
-from selbench.metrics import _bin_stats, _plugin_ce, accept_mask
+from selbench.metrics import METRICS, _bin_stats, _plugin_ce, accept_mask
 from selbench.results import CellRecord, ResultsDir, ResultsError, safe_name, slug
+from selbench.riskcoverage import augrc, aurc, risk_coverage_curve
+from selbench.smooth import smooth_reliability
 from selbench.store import atomic_path
 
 __all__ = [
     "ReliabilityBins",
     "accepted_mask",
+    "metric_curves",
     "plot_beta",
     "reliability_bins",
+    "reliability_figure",
+    "risk_coverage_figure",
     "write_plots",
 ]
 
@@ -63,6 +94,14 @@ FORMATS = ("png", "svg")
 ALL_COLOR, ACCEPTED_COLOR, DIAGONAL_COLOR = "tab:blue", "tab:green", "tab:red"
 _RC = {"svg.hashsalt": "selbench", "svg.fonttype": "path", "font.size": 9.0}
 _MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
+#: metrics of the selective-ECE figure: always these, and smECE when the experiment shows it
+_ECE_KEYS = ("ece1", "ece2")
+_OPTIONAL_ECE_KEYS = ("smece",)
+#: line width of a smoothed reliability curve: from ``_LW[0]`` where no confidences lie to
+#: ``_LW[0] + _LW[1]`` at the density's peak; the shaded density rises to ``_DENSITY_H`` of
+#: the panel's height
+_LW = (0.6, 3.4)
+_DENSITY_H = 0.2
 
 
 @dataclass(frozen=True)
@@ -131,6 +170,33 @@ def plot_beta(experiment: dict, override: float | None = None) -> float:
     return min(betas, key=lambda b: (round(abs(b - 0.8), 9), b))
 
 
+def metric_curves(results: ResultSet, experiment: str, method: str, betas: Sequence[float],
+                  keys: Sequence[str]) -> dict[str, Any]:
+    """One method's metrics over β, summarised over seeds from the values its cells hold.
+
+    ``{"betas": betas, key: {"mean": [...], "std": [...], "n": [...]}}`` for each key, as
+    :func:`selbench.stats.summarize` gives them at each β (a metric a cell does not hold
+    counts as NaN, and a seed without a cell at that β is left out)."""
+    per_seed: dict[int, dict[float, dict[str, Any]]] = {}
+    for rec in results.cells:
+        if rec["experiment"] == experiment and rec["method"] == method:
+            for b_i, b in enumerate(rec["betas"]):
+                point = {k: v[b_i] for k, v in rec["metrics"].items()}
+                per_seed.setdefault(int(rec["seed"]), {})[float(b)] = point
+    out: dict[str, Any] = {"betas": [float(b) for b in betas]}
+    for key in keys:
+        means, stds, ns = [], [], []
+        for b in out["betas"]:
+            vals = {s: math.nan if c[b].get(key) is None else float(c[b][key])
+                    for s, c in per_seed.items() if b in c}
+            st = S.summarize(vals)
+            means.append(st["mean"])
+            stds.append(st["std"])
+            ns.append(st["n"])
+        out[key] = {"mean": means, "std": stds, "n": ns}
+    return out
+
+
 # --------------------------------------------------------------------------- drawing helpers
 def _figure(width: float, height: float, **margins_in: float):
     """A figure with fixed margins in inches (a fixed layout draws about twice as fast as
@@ -138,9 +204,11 @@ def _figure(width: float, height: float, **margins_in: float):
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height))
-    m = {"left": 0.8, "right": 0.15, "bottom": 0.5, "top": 0.6, "wspace": 0.25, **margins_in}
+    m = {"left": 0.8, "right": 0.15, "bottom": 0.5, "top": 0.6, "wspace": 0.25, "hspace": 0.2,
+         **margins_in}
     fig.subplots_adjust(left=m["left"] / width, right=1 - m["right"] / width,
-                        bottom=m["bottom"] / height, top=1 - m["top"] / height, wspace=m["wspace"])
+                        bottom=m["bottom"] / height, top=1 - m["top"] / height,
+                        wspace=m["wspace"], hspace=m["hspace"])
     return fig
 
 
@@ -163,50 +231,114 @@ def _style(i: int, n: int) -> dict[str, Any]:
     return {"color": cmap(i % cmap.N), "marker": _MARKERS[i % len(_MARKERS)]}
 
 
+def _floor_tenth(value: float) -> float:
+    return float(np.floor(max(0.0, value - 0.02) * 10) / 10)
+
+
 def _limits(*bins: ReliabilityBins) -> tuple[float, float]:
     vals = np.concatenate([np.concatenate([b.confidence, b.accuracy]) for b in bins if b.n])
-    lo = float(np.floor(max(0.0, vals.min() - 0.02) * 10) / 10) if vals.size else 0.0
-    return lo, 1.0
+    return (_floor_tenth(float(vals.min())) if vals.size else 0.0), 1.0
 
 
-def _reliability_panel(ax, series: list[tuple[str, str, ReliabilityBins]], title: str) -> None:
-    lo, hi = _limits(*(b for _, _, b in series))
-    ax.plot([lo, hi], [lo, hi], linestyle="--", color=DIAGONAL_COLOR, linewidth=1.2,
-            label="perfect calibration", zorder=1)
-    for name, color, b in series:
-        if not b.n:
-            continue
-        ax.scatter(b.confidence, b.accuracy, s=700.0 * b.mass, color=color, alpha=0.75,
-                   edgecolors="white", linewidths=0.5, zorder=3,
-                   label=f"{name} (n={b.n}): ECE₁ = {b.ece1:.3f}")
-    pad = 0.015 * (hi - lo)  # markers at confidence 1.0 stay whole
-    ax.set_xlim(lo - pad, hi + pad)
-    ax.set_ylim(lo - pad, hi + pad)
-    ax.set_aspect("equal")
-    ax.set_xlabel("mean confidence in bin")
-    ax.set_ylabel("accuracy in bin")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
+def _legend_below(ax) -> None:
     legend = ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=7.5, frameon=False)
     for handle in legend.legend_handles:  # same marker size in the legend, whatever the bins
         if hasattr(handle, "set_sizes"):
             handle.set_sizes([40.0])
 
 
+def _square(ax, lo: float, hi: float) -> None:
+    ax.plot([lo, hi], [lo, hi], linestyle="--", color=DIAGONAL_COLOR, linewidth=1.2,
+            label="perfect calibration", zorder=1)
+    pad = 0.015 * (hi - lo)  # markers and lines at confidence 1.0 stay whole
+    ax.set_xlim(lo - pad, hi + pad)
+    ax.set_ylim(lo - pad, hi + pad)
+    ax.set_aspect("equal")
+    ax.grid(alpha=0.3)
+
+
+def _reliability_panel(ax, series: list[tuple[str, str, ReliabilityBins]], title: str) -> None:
+    lo, hi = _limits(*(b for _, _, b in series))
+    _square(ax, lo, hi)
+    for name, color, b in series:
+        if not b.n:
+            continue
+        ax.scatter(b.confidence, b.accuracy, s=700.0 * b.mass, color=color, alpha=0.75,
+                   edgecolors="white", linewidths=0.5, zorder=3,
+                   label=f"{name} (n={b.n}): {METRICS['ece1'].label} = {b.ece1:.3f}")
+    ax.set_xlabel("mean confidence in bin")
+    ax.set_ylabel("accuracy in bin")
+    ax.set_title(title)
+    _legend_below(ax)
+
+
+def _smooth_limits(series: list[tuple[str, str, np.ndarray, Any]]) -> tuple[float, float]:
+    """Lower limit of a smoothed panel: below every confidence and every point of the curves
+    over the confidences' range."""
+    lows = []
+    for _, _, conf, sm in series:
+        if conf.size:
+            x, y = np.asarray(sm.x), np.asarray(sm.y)
+            lows.append(float(conf.min()))
+            inside = (x >= conf.min()) & np.isfinite(y)
+            if inside.any():
+                lows.append(float(y[inside].min()))
+    return (_floor_tenth(min(lows)) if lows else 0.0), 1.0
+
+
+def _smooth_panel(ax, series: list[tuple[str, str, np.ndarray, Any]], title: str) -> None:
+    """Smoothed reliability curves (``series``: name, color, confidences, the result of
+    :func:`selbench.smooth.smooth_reliability`), as relplot's ``rel_diagram`` draws them: line
+    width growing with the density of the confidences, the density shaded along the bottom."""
+    from matplotlib.collections import LineCollection
+
+    lo, hi = _smooth_limits(series)
+    _square(ax, lo, hi)
+    smece = METRICS["smece"].label
+    for name, color, conf, sm in series:
+        x, y = np.asarray(sm.x, dtype=float), np.asarray(sm.y, dtype=float)
+        dens = np.asarray(sm.density, dtype=float)
+        peak = float(dens.max()) if dens.size and np.isfinite(dens).all() else 0.0
+        rel = dens / peak if peak > 0 else np.zeros_like(dens)
+        ax.fill_between(x, lo, lo + _DENSITY_H * (hi - lo) * rel, color=color, alpha=0.15,
+                        linewidth=0, zorder=2, label=f"_density: {name}")
+        points = np.c_[x, y]
+        segments = np.stack([points[:-1], points[1:]], axis=1)
+        widths = _LW[0] + _LW[1] * (rel[:-1] + rel[1:]) / 2
+        ax.add_collection(LineCollection(segments, colors=[color], linewidths=widths,
+                                         capstyle="round", joinstyle="round", zorder=3,
+                                         label=f"_smoothed: {name}"))
+        ax.plot([], [], color=color, linewidth=_LW[0] + _LW[1] / 2,  # the legend's entry
+                label=f"{name} (n={conf.size}): {smece} = {float(sm.smece):.3f}, "
+                      f"σ = {float(sm.sigma):.3g}")
+    ax.set_xlabel("confidence")
+    ax.set_ylabel("smoothed accuracy")
+    ax.set_title(title)
+    _legend_below(ax)
+
+
 def reliability_figure(arrays: dict[str, np.ndarray], accept: np.ndarray, beta: float,
                        title: str, recalibrator: str):
-    """Figure 1: reliability before / after recalibration, all vs accepted examples."""
-    fig = _figure(9.0, 5.4, wspace=0.3, bottom=1.3)
-    axes = fig.subplots(1, 2)
-    correct = arrays["correct"]
-    for ax, key, name in ((axes[0], "raw_confidence", "before recalibration (max softmax)"),
-                          (axes[1], "confidence", f"after recalibration ({recalibrator})")):
-        conf = arrays[key]
-        _reliability_panel(ax, [
+    """Figure 1: reliability before / after recalibration, all vs accepted examples; binned
+    (top row, axes 0 and 1) and kernel-smoothed (bottom row, axes 2 and 3)."""
+    fig = _figure(9.0, 11.0, wspace=0.3, hspace=0.5, bottom=1.3, top=1.05)
+    axes = fig.subplots(2, 2)
+    correct = np.asarray(arrays["correct"], dtype=np.float64)
+    accepted = f"accepted, β = {beta:g}"
+    for col, key, name in ((0, "raw_confidence", "before recalibration (max softmax)"),
+                           (1, "confidence", f"after recalibration ({recalibrator})")):
+        conf = np.asarray(arrays[key], dtype=np.float64)
+        _reliability_panel(axes[0, col], [
             ("all", ALL_COLOR, reliability_bins(conf, correct)),
-            (f"accepted, β = {beta:g}", ACCEPTED_COLOR, reliability_bins(conf[accept], correct[accept])),
-        ], name)
-    fig.suptitle(title + f" — {N_BINS} equal-mass bins, marker area ∝ bin mass")
+            (accepted, ACCEPTED_COLOR, reliability_bins(conf[accept], correct[accept])),
+        ], f"binned: {name}")
+        _smooth_panel(axes[1, col], [
+            ("all", ALL_COLOR, conf, smooth_reliability(conf, correct)),
+            (accepted, ACCEPTED_COLOR, conf[accept],
+             smooth_reliability(conf[accept], correct[accept])),
+        ], f"smoothed: {name}")
+    fig.suptitle(f"{title}\ntop: {N_BINS} equal-mass bins, marker area ∝ bin mass\n"
+                 "bottom: kernel-smoothed, line width and shading ∝ density of the confidences")
     return fig
 
 
@@ -220,33 +352,79 @@ def _band(ax, betas, curve: dict, label: str, style: dict) -> None:
                         alpha=0.15, linewidth=0)
 
 
-def curves_figure(exp_table: dict, keys: Sequence[tuple[str, str]], title: str):
-    """Figure 2 style: metric vs β, one line per method, mean ± std over seeds."""
-    rows = exp_table["rows"]
-    longest = max((len(r["method"]) for r in rows), default=0)
+def _legend_right(fig, axes, legend_w: float) -> None:
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", fontsize=8, frameon=False,
+               bbox_to_anchor=(1 - (legend_w - 0.1) / fig.get_figwidth(), 0.5))
+
+
+def curves_figure(series: Sequence[tuple[str, dict]], keys: Sequence[str], title: str):
+    """Figure 2 style: metric vs β, one line per method, mean ± std over seeds.
+
+    ``series``: (method, its :func:`metric_curves`) per method; ``keys``: one panel per
+    metric, labelled from :data:`selbench.metrics.METRICS`."""
+    longest = max((len(m) for m, _ in series), default=0)
     legend_w = 0.75 + 0.065 * longest  # inches for the legend right of the panels
     fig = _figure(4.0 * len(keys) + legend_w, 4.1, right=legend_w, wspace=0.3, top=0.85)
     axes = np.atleast_1d(fig.subplots(1, len(keys)))
-    for ax, (key, label) in zip(axes, keys):
-        for i, r in enumerate(rows):
-            curve = r["curves"]
-            _band(ax, curve["betas"], curve[key], r["method"], _style(i, len(rows)))
+    for ax, key in zip(axes, keys):
+        label = METRICS[key].label
+        for i, (method, curve) in enumerate(series):
+            _band(ax, curve["betas"], curve[key], method, _style(i, len(series)))
         ax.set_xlabel("coverage β")
         ax.set_ylabel(label)
         ax.set_title(f"selective {label}")
         ax.grid(alpha=0.3)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center left", fontsize=8, frameon=False,
-               bbox_to_anchor=(1 - (legend_w - 0.1) / fig.get_figwidth(), 0.5))
-    n_seeds = max((max(r["curves"][keys[0][0]]["n"], default=0) for r in rows), default=0)
+    _legend_right(fig, axes, legend_w)
+    n_seeds = max((max(c[keys[0]]["n"], default=0) for _, c in series), default=0)
     band = "shaded: ± 1 std over seeds" if n_seeds > 1 else "one seed"
     fig.suptitle(f"{title}\nmean over {n_seeds} seed(s), {band}", fontsize=9.5)
     return fig
 
 
+def risk_coverage_figure(series: Sequence[tuple[str, np.ndarray, np.ndarray, bool]], title: str):
+    """Risk and generalized risk against coverage, one curve per method.
+
+    ``series``: (legend name, selector scores, correctness, whether the selector selects) per
+    method. Curves from :func:`selbench.riskcoverage.risk_coverage_curve` (ties merged); a
+    selector that does not select, or a curve of one point, is drawn as a marker."""
+    aurc_label, augrc_label = METRICS["aurc"].label, METRICS["augrc"].label
+    names = [f"{name}: {aurc_label} = 0.0000, {augrc_label} = 0.0000" for name, *_ in series]
+    legend_w = 0.75 + 0.062 * max((len(n) for n in names), default=0)
+    fig = _figure(8.4 + legend_w, 4.1, right=legend_w, wspace=0.3, top=0.85)
+    axes = fig.subplots(1, 2)
+    for i, (name, scores, correct, selects) in enumerate(series):
+        style = _style(i, len(series))
+        scores = np.asarray(scores, dtype=np.float64)
+        correct = np.asarray(correct, dtype=np.float64)
+        label = (f"{name}: {aurc_label} = {aurc(scores, correct):.4f}, "
+                 f"{augrc_label} = {augrc(scores, correct):.4f}")
+        for ax, generalized in ((axes[0], False), (axes[1], True)):
+            cov, risk = risk_coverage_curve(scores, correct, generalized=generalized)
+            if selects and len(cov) > 1:
+                ax.plot(cov, risk, color=style["color"], linewidth=1.4, label=label, zorder=3)
+            else:
+                ax.plot(cov, risk, color=style["color"], marker=style["marker"], markersize=8,
+                        fillstyle="none", markeredgewidth=1.5, linestyle="none", label=label,
+                        zorder=4)  # hollow: methods at the same point stay visible
+    for ax, what in ((axes[0], "selective risk (error rate of the accepted)"),
+                     (axes[1], "generalized risk (errors among the accepted / N)")):
+        ax.set_xlim(0.0, 1.02)
+        ax.set_ylim(bottom=0.0)
+        ax.set_xlabel("coverage")
+        ax.set_ylabel(what)
+        ax.set_title(what.split(" (")[0])
+        ax.grid(alpha=0.3)
+    _legend_right(fig, axes, legend_w)
+    fig.suptitle(f"{title}\none point per distinct selector score (ties merged); "
+                 "a selector that does not select: one marker", fontsize=9.5)
+    return fig
+
+
 def confidence_figure(arrays: dict[str, np.ndarray], accept: np.ndarray, beta: float,
-                      row: dict, title: str):
-    """Figure 3: confidence histogram of all vs accepted examples, and selective accuracy over β."""
+                      curve: dict, title: str):
+    """Figure 3: confidence histogram of all vs accepted examples, and selective accuracy over
+    β (``curve``: the method's :func:`metric_curves` with ``accuracy``)."""
     fig = _figure(9.0, 3.9, wspace=0.25)
     ax_h, ax_a = fig.subplots(1, 2)
     conf, correct = arrays["confidence"].astype(np.float64), arrays["correct"].astype(np.float64)
@@ -262,7 +440,6 @@ def confidence_figure(arrays: dict[str, np.ndarray], accept: np.ndarray, beta: f
     ax_h.set_title("confidence of all vs accepted examples")
     ax_h.legend(loc="upper left", fontsize=7.5)
     ax_h.grid(alpha=0.3)
-    curve = row["curves"]
     _band(ax_a, curve["betas"], curve["accuracy"], "selective accuracy",
           {"color": ACCEPTED_COLOR, "marker": "o"})
     ax_a.axhline(correct.mean() if correct.size else math.nan, color=ALL_COLOR, linestyle="--",
@@ -303,6 +480,11 @@ def _arrays_for(results: ResultSet, experiment: str, method: str, beta: float,
     return arrays, int(rec["seed"]), beta, bool(rec.get("selects", True))
 
 
+def _ece_keys(table: dict) -> list[str]:
+    shown = table.get("metrics") or ()
+    return list(_ECE_KEYS) + [k for k in _OPTIONAL_ECE_KEYS if k in shown]
+
+
 def write_plots(
     results_dirs: str | Path | Sequence[str | Path],
     *,
@@ -323,7 +505,8 @@ def write_plots(
 
     Returns:
         The paths written. Methods without per-example arrays (e.g. cells of a foreign run)
-        get no reliability diagram or histogram.
+        get no reliability diagram or histogram and no risk-coverage curve (an experiment
+        where no method has them, no risk-coverage figure).
     """
     import matplotlib
 
@@ -342,19 +525,24 @@ def write_plots(
             where = root / safe_name(exp["name"], "experiment name")
             name = (f"{exp['name']}: {exp['dataset']['name']} / {exp['backbone']['name']}, "
                     f"evaluated on '{exp['eval_split']}'")
-            paths += _save(curves_figure(table, [("ece1", "ECE₁"), ("ece2", "ECE₂")], name),
-                           where / "selective-ece", formats)
-            paths += _save(curves_figure(table, [("accuracy", "accuracy")], name),
+            ece_keys = _ece_keys(table)
+            curves = [(m["label"], metric_curves(results, exp["name"], m["label"], exp["betas"],
+                                                 [*ece_keys, "accuracy"]))
+                      for m in exp["methods"]]
+            paths += _save(curves_figure(curves, ece_keys, name), where / "selective-ece", formats)
+            paths += _save(curves_figure(curves, ["accuracy"], name),
                            where / "selective-accuracy", formats)
             b = plot_beta(exp, beta)
             guarantee = exp.get("coverage_guarantee")
             delta = guarantee["delta"] if guarantee else None
-            for method, row in zip(exp["methods"], table["rows"]):
-                label = method["label"]
+            ranked = []
+            for method, (label, curve) in zip(exp["methods"], curves):
                 found = _arrays_for(results, exp["name"], label, b, exp["train_beta"] == "per_beta")
                 if found is None:
                     continue
                 arrays, seed, b_used, selects = found
+                ranked.append((label + ("" if b_used == b else f" (trained at β = {b_used:g})")
+                               + f", seed {seed}", arrays["score"], arrays["correct"], selects))
                 if selects:
                     accept = accepted_mask(arrays["score"], b_used, delta, seed=seed)
                 else:  # a selector that does not select accepts every example
@@ -362,6 +550,9 @@ def write_plots(
                 title = f"{exp['name']}: {label} (seed {seed})"
                 fig = reliability_figure(arrays, accept, b_used, title, method["recalibrator"]["name"])
                 paths += _save(fig, where / "reliability" / slug(label), formats)
-                fig = confidence_figure(arrays, accept, b_used, row, title)
+                fig = confidence_figure(arrays, accept, b_used, curve, title)
                 paths += _save(fig, where / "confidence" / slug(label), formats)
+            if ranked:
+                fig = risk_coverage_figure(ranked, f"{name}, risk against coverage")
+                paths += _save(fig, where / "risk-coverage", formats)
     return paths
