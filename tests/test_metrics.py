@@ -372,9 +372,11 @@ def test_default_betas_and_metrics_table():
         M.DEFAULT_BETAS, [0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0]
     )
     assert not M.DEFAULT_BETAS.flags.writeable
-    assert list(M.METRICS) == ["ece1", "ece2", "brier", "accuracy", "coverage"]
-    assert [m.label for m in M.METRICS.values()] == ["ECE₁", "ECE₂", "Brier", "Acc.", "Coverage"]
-    assert [m.lower_is_better for m in M.METRICS.values()] == [True, True, True, False, False]
+    assert M.DEFAULT_COLUMNS == ("ece1", "ece2", "brier", "accuracy", "coverage")
+    paper = [M.METRICS[k] for k in M.DEFAULT_COLUMNS]
+    assert [m.label for m in paper] == ["ECE₁", "ECE₂", "Brier", "Acc.", "Coverage"]
+    assert [m.lower_is_better for m in paper] == [True, True, True, False, False]
+    assert [m.marked for m in paper] == [True, True, True, True, False]
 
 
 # --------------------------------------------------------------------------- thresholds

@@ -56,6 +56,7 @@ Sec. 5.2 (AUC over ``beta = 0.5, 0.55, ..., 1.0``, :data:`DEFAULT_BETAS`).
 
 from __future__ import annotations
 
+import difflib
 import math
 import types
 import warnings
@@ -76,20 +77,43 @@ from selbench._validate import (
     _check_scores,
     _check_seed,
 )
+from selbench.bootstrap import bootstrap_ci  # imports this module lazily: no cycle
+from selbench.riskcoverage import (
+    augrc,
+    aurc,
+    coverage_at_risk,
+    eaurc,
+    risk_at_coverage,
+    risk_coverage_curve,
+)
+from selbench.smooth import SmoothReliability, classwise_ece, smece, smooth_reliability
 
 __all__ = [
     "DEFAULT_BETAS",
+    "SmoothReliability",
+    "DEFAULT_COLUMNS",
     "METRICS",
     "MetricInfo",
     "accept_mask",
     "accepted_counts",
     "accuracy",
     "auc",
+    "aurc",
+    "augrc",
+    "bootstrap_ci",
     "brier",
+    "classwise_ece",
+    "coverage_at_risk",
+    "eaurc",
     "ece",
     "ece_sorted",
+    "metric_info",
+    "risk_at_coverage",
+    "risk_coverage_curve",
     "selection_order",
     "selective_metrics",
+    "smece",
+    "smooth_reliability",
     "thresholds",
     "top_label",
 ]
@@ -104,24 +128,75 @@ _RESAMPLES = 1000
 
 
 class MetricInfo(NamedTuple):
-    """How a metric is shown on the leaderboard."""
+    """One entry of the metric registry :data:`METRICS`: how the core computes, orders and shows
+    a metric. Nothing else in selbench lists metrics, their labels or their directions: the
+    leaderboard, the plots, the statistics and the JSON read them here."""
 
+    #: column header (Markdown, plots)
     label: str
+    #: the direction: True when a lower value is better
     lower_is_better: bool
+    #: whether the leaderboard marks the best method in this column (coverage: no, it is set
+    #: by the spec, not won)
+    marked: bool
+    #: ``"selective"``: measured on the accepted examples at each coverage β (and summarised by
+    #: its AUC over β); ``"ranking"``: measured once per cell over all evaluation examples from
+    #: the selector's scores (a whole risk-coverage curve), the same value at every β
+    kind: str
+    #: one line: what it is and the function that computes it
+    summary: str
+    #: a spec setting the metric needs (``"coverage_guarantee"``), or ``None``
+    needs: str | None = None
 
 
-#: Metric key -> :class:`MetricInfo`, in leaderboard column order. The keys are those of
-#: :func:`selective_metrics` (which also returns ``threshold`` and, with ``delta``,
-#: ``guaranteed_coverage``: bookkeeping, not leaderboard metrics).
+#: The metric registry, in leaderboard column order. Every cell holds every metric here (a
+#: spec's ``metrics:`` list only chooses the columns shown); the keys are those of
+#: :func:`cell_metrics`.
 METRICS: Mapping[str, MetricInfo] = types.MappingProxyType(
     {
-        "ece1": MetricInfo("ECE₁", True),
-        "ece2": MetricInfo("ECE₂", True),
-        "brier": MetricInfo("Brier", True),
-        "accuracy": MetricInfo("Acc.", False),
-        "coverage": MetricInfo("Coverage", False),
+        "ece1": MetricInfo("ECE₁", True, True, "selective",
+                           "top-label ECE, p = 1, 15 equal-mass bins (ece)"),
+        "ece2": MetricInfo("ECE₂", True, True, "selective",
+                           "top-label ECE, p = 2, 15 equal-mass bins (ece)"),
+        "smece": MetricInfo("smECE", True, True, "selective",
+                            "smooth ECE of Błasiok & Nakkiran 2024, as relplot.smECE (smece)"),
+        "brier": MetricInfo("Brier", True, True, "selective",
+                            "top-label Brier score (brier)"),
+        "accuracy": MetricInfo("Acc.", False, True, "selective",
+                               "accuracy of the accepted examples (accuracy)"),
+        "coverage": MetricInfo("Coverage", False, False, "selective",
+                               "achieved coverage k/n (exactly ⌈β·n⌉ accepted)"),
+        "guaranteed_coverage": MetricInfo(
+            "Guaranteed cov.", False, False, "selective",
+            "achieved coverage − Hoeffding ε (accepted_counts with delta)",
+            needs="coverage_guarantee"),
+        "aurc": MetricInfo("AURC", True, True, "ranking",
+                           "area under the risk-coverage curve, ties merged (aurc)"),
+        "eaurc": MetricInfo("E-AURC", True, True, "ranking",
+                            "AURC minus the AURC of an oracle of equal accuracy (eaurc)"),
+        "augrc": MetricInfo("AUGRC", True, True, "ranking",
+                            "area under the generalized risk-coverage curve (augrc)"),
     }
 )
+
+#: The paper's leaderboard columns: a spec without a ``metrics:`` list shows these (and the
+#: guaranteed coverage when it asks for a coverage guarantee).
+DEFAULT_COLUMNS: tuple[str, ...] = ("ece1", "ece2", "brier", "accuracy", "coverage")
+
+
+def metric_info(key: str) -> MetricInfo:
+    """The registry entry of ``key``; a ValueError with the closest registered names if none."""
+    try:
+        return METRICS[key]
+    except KeyError:
+        raise ValueError(unknown_metric(key)) from None
+
+
+def unknown_metric(key: Any) -> str:
+    """The message for a name that is not a registered metric ("did you mean ...")."""
+    close = difflib.get_close_matches(str(key).lower(), list(METRICS), n=3, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"unknown metric {key!r}{hint} (registered: {', '.join(METRICS)})"
 
 
 # --------------------------------------------------------------------------- binning

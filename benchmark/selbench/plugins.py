@@ -478,5 +478,5 @@ def format_validation_error(exc: ValidationError, prefix: str) -> list[str]:
                 path += f"[{part}]"
             else:
                 path += f".{part}" if path else str(part)
-        lines.append(f"{path}: {err['msg']}")
+        lines.append(f"{path}: {err['msg']}" if path else err["msg"])
     return lines

@@ -51,7 +51,7 @@ from selbench.api import (
     TrainableSelector,
 )
 from selbench.inputs import InputSpec, check_exists, declared_inputs, resolve_path
-from selbench.metrics import DEFAULT_BETAS
+from selbench.metrics import DEFAULT_BETAS, DEFAULT_COLUMNS, METRICS, unknown_metric
 from selbench.plugins import (
     PluginError,
     Registered,
@@ -66,6 +66,7 @@ __all__ = [
     "SEED_MAX",
     "SPEC_VERSION",
     "Component",
+    "BootstrapSpec",
     "ExperimentSpec",
     "GuaranteeSpec",
     "MethodSpec",
@@ -137,6 +138,35 @@ class GuaranteeSpec(_Model):
     delta: float = Field(gt=0.0, lt=1.0)
 
 
+class BootstrapSpec(_Model):
+    """Bootstrap intervals of each cell's metrics over its evaluation examples
+    (:func:`selbench.bootstrap.selective_intervals`; 0 resamples: none)."""
+
+    resamples: int = Field(200, ge=0, le=100_000, description="resamples per cell (0: off)")
+    level: float = Field(0.95, gt=0.0, lt=1.0, description="confidence level")
+
+
+def _metric_names(v: list[str] | None) -> list[str] | None:
+    """A ``metrics:`` list: registered names (did-you-mean otherwise), each once."""
+    if v is None:
+        return v
+    if not v:
+        raise PydanticCustomError(
+            "no_metrics", "list at least one metric, or leave metrics out for the paper's set")
+    for name in v:
+        if name not in METRICS:
+            raise PydanticCustomError("unknown_metric", "{msg}", {"msg": unknown_metric(name)})
+    dup = sorted({n for n in v if v.count(n) > 1})
+    if dup:
+        raise PydanticCustomError("metric_twice", "metrics listed twice: {dup}",
+                                  {"dup": ", ".join(dup)})
+    return v
+
+
+#: the leaderboard columns of an experiment, registry names (see :data:`METRICS`)
+MetricNames = Annotated[list[str] | None, AfterValidator(_metric_names)]
+
+
 def _name_length(v: str) -> str:
     if len(v) > NAME_MAX:
         raise PydanticCustomError(
@@ -187,6 +217,12 @@ class ExperimentSpec(_Model):
     )
     report: Literal["auc", "betas"] = "auc"
     coverage_guarantee: GuaranteeSpec | None = None
+    metrics: MetricNames = Field(
+        default=None,
+        description="leaderboard columns, names of selbench.metrics.METRICS (default: the "
+                    "spec's metrics, else the paper's set)",
+    )
+    bootstrap: BootstrapSpec = Field(default_factory=BootstrapSpec)
     methods: list[MethodSpec] = Field(min_length=1)
 
     @field_validator("betas")
@@ -223,6 +259,11 @@ class Spec(_Model):
     description: str = ""
     seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    metrics: MetricNames = Field(
+        default=None,
+        description="leaderboard columns of every experiment that does not list its own "
+                    "(default: the paper's ECE₁, ECE₂, Brier, accuracy, coverage)",
+    )
     experiments: list[ExperimentSpec] = Field(min_length=1)
 
     @field_validator("seeds")
@@ -238,6 +279,26 @@ class Spec(_Model):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"experiment names must be unique, repeated: {sorted(dup)}")
+        return self
+
+    @model_validator(mode="after")
+    def _columns(self) -> Spec:
+        """Each experiment's ``metrics``: its own list, else the spec's, else the paper's set
+        plus the guaranteed coverage where the experiment asks for a coverage guarantee."""
+        for e_i, exp in enumerate(self.experiments):
+            chosen = exp.metrics if exp.metrics is not None else self.metrics
+            if chosen is None:
+                chosen = list(DEFAULT_COLUMNS) + (
+                    ["guaranteed_coverage"] if exp.coverage_guarantee else [])
+            for name in chosen:
+                needs = METRICS[name].needs
+                if needs and getattr(exp, needs) is None:
+                    where = f"experiments[{e_i}].metrics" if exp.metrics is not None else "metrics"
+                    raise PydanticCustomError(
+                        "metric_needs", "{where}: {name} needs {needs} in experiments[{i}] "
+                        "({exp})", {"where": where, "name": repr(name), "needs": needs,
+                                    "i": e_i, "exp": exp.name})
+            exp.metrics = list(chosen)
         return self
 
 
