@@ -493,9 +493,10 @@ class SelectiveRecalibrator(BaseEstimator):
         """The core's selective metrics on labelled data at each coverage in ``betas``.
 
         Returns the dict of :func:`selbench.evaluate.measure` (the leaderboard cell's
-        metrics): float64 arrays over ``betas`` under ``ece1``, ``ece2``, ``brier``,
-        ``accuracy``, ``coverage``, ``threshold`` (and ``guaranteed_coverage`` with
-        ``delta``). ``betas`` defaults to 0.5, 0.55, ..., 1.0, the paper's AUC grid; ties
+        metrics): float64 arrays over ``betas`` under every key of the metric registry
+        :data:`selbench.metrics.METRICS` (``ece1``, ``ece2``, ``smece``, ``brier``,
+        ``accuracy``, ``coverage``; the ranking metrics ``aurc``, ``eaurc``, ``augrc``
+        repeated at each β), ``threshold`` (and ``guaranteed_coverage`` with ``delta``). ``betas`` defaults to 0.5, 0.55, ..., 1.0, the paper's AUC grid; ties
         are broken by ``seed``.
         """
         out, _ = self._outputs(logits, labels, features, labelled=True)

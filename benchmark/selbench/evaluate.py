@@ -10,19 +10,47 @@ of every cell's key (:func:`selbench.codeid.core_digest`): editing either recomp
 * The recalibrator gives the confidence and prediction of every evaluation example, the
   selector its score; at each β the accepted examples are chosen by
   :func:`selbench.metrics.selective_metrics` (exactly ⌈β·n⌉ of them, ties broken by the
-  cell's seed) and measured.
+  cell's seed) and measured: every metric of the registry :data:`selbench.metrics.METRICS`
+  (:func:`measure`), the ``selective`` ones on the accepted examples at each β, the
+  ``ranking`` ones (AURC, E-AURC, AUGRC) once over all evaluation examples from the
+  selector's scores.
+* With ``bootstrap.resamples > 0`` each metric also gets a percentile bootstrap interval over
+  the evaluation examples (:func:`intervals`, :func:`selbench.bootstrap.selective_intervals`).
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
+from selbench.bootstrap import selective_intervals
 from selbench.data import ModelOutputs
-from selbench.metrics import selective_metrics
+from selbench.metrics import (
+    METRICS,
+    accepted_counts,
+    augrc,
+    aurc,
+    eaurc,
+    selection_order,
+    selective_metrics,
+    smece,
+)
 
-__all__ = ["EvaluationError", "check_vector", "eval_rows", "fit_indices", "measure", "score"]
+__all__ = ["EvaluationError", "check_vector", "eval_rows", "fit_indices", "intervals", "measure",
+           "score"]
+
+#: How each ranking metric of the registry is computed from a cell's scores and correctness.
+RANKING = {"aurc": aurc, "eaurc": eaurc, "augrc": augrc}
+#: Selective metrics measured here on the accepted examples, beyond those of
+#: :func:`selective_metrics` (ECE₁, ECE₂, Brier, accuracy, coverage).
+EXTRA_SELECTIVE = {"smece": smece}
+#: Those of :data:`EXTRA_SELECTIVE` that get bootstrap intervals per cell. Not smECE: its
+#: bandwidth search costs about 1.5 ms per call at n = 3,000, so 200 resamples × 11 β add
+#: about 4 s to every cell (the quickstart's 80 cells: +5 minutes, measured); its interval
+#: is available on demand: ``bootstrap_ci(smece, confidence, correct)``.
+BOOTSTRAPPED_EXTRA: tuple[str, ...] = ()
 
 
 class EvaluationError(ValueError):
@@ -95,18 +123,48 @@ def score(
 
 def measure(arrays: dict[str, np.ndarray], betas: list[float], *, delta: float | None,
             seed: int, selects: bool = True) -> dict[str, np.ndarray]:
-    """The metrics of :func:`selective_metrics` at each β, ties broken by ``seed``.
+    """Every metric of the registry at each β, ties broken by ``seed``.
 
-    For a selector that does not select (``Selector.selects`` is False) every example is
+    The selective metrics are those of :func:`selective_metrics` plus :data:`EXTRA_SELECTIVE`
+    on the same accepted examples (the first ``k`` of :func:`selection_order`); the ranking
+    metrics (:data:`RANKING`) are computed once from all scores and repeated at every β. For
+    a selector that does not select (``Selector.selects`` is False) every example is
     accepted at every β: the metrics of β = 1 are repeated, coverage (and, with ``delta``,
     the guaranteed coverage: nothing is rejected) is 1.
     """
+    m = len(betas)
+    scores, conf, correct = arrays["score"], arrays["confidence"], arrays["correct"]
     if selects:
-        return selective_metrics(arrays["score"], arrays["confidence"], arrays["correct"],
-                                 betas, delta=delta, seed=seed)
-    full = selective_metrics(arrays["score"], arrays["confidence"], arrays["correct"], [1.0],
-                             seed=seed)
-    out = {k: np.repeat(v, len(betas)) for k, v in full.items()}
-    if delta is not None:
-        out["guaranteed_coverage"] = np.ones(len(betas))
+        out = selective_metrics(scores, conf, correct, betas, delta=delta, seed=seed)
+        order = selection_order(scores, seed=seed)
+        with warnings.catch_warnings():  # selective_metrics has warned of an infeasible β
+            warnings.simplefilter("ignore", RuntimeWarning)
+            k, _ = accepted_counts(len(scores), betas, delta=delta)
+        for key, fn in EXTRA_SELECTIVE.items():
+            out[key] = np.array([fn(conf[order[:kj]], correct[order[:kj]]) for kj in k])
+    else:
+        full = selective_metrics(scores, conf, correct, [1.0], seed=seed)
+        for key, fn in EXTRA_SELECTIVE.items():
+            full[key] = np.array([fn(conf, correct)])
+        out = {k: np.repeat(v, m) for k, v in full.items()}
+        if delta is not None:
+            out["guaranteed_coverage"] = np.ones(m)
+    for key, fn in RANKING.items():
+        out[key] = np.full(m, fn(scores, correct))
+    missing = {k for k, info in METRICS.items() if info.needs is None} - set(out)
+    assert not missing, f"registered metrics not measured: {sorted(missing)}"
     return out
+
+
+def intervals(arrays: dict[str, np.ndarray], betas: list[float], *, delta: float | None,
+              seed: int, selects: bool, resamples: int, level: float) -> dict[str, Any]:
+    """Percentile bootstrap intervals over the evaluation examples of every metric of
+    :func:`measure` but the coverages (set by β, not measured) and smECE (see
+    :data:`BOOTSTRAPPED_EXTRA`): for the selective ones at
+    each β and of their AUC over β, for the ranking ones of their single value (see
+    :func:`selbench.bootstrap.selective_intervals`). Resample draws are seeded by ``seed``."""
+    return selective_intervals(
+        arrays["score"], arrays["confidence"], arrays["correct"], betas,
+        n_resamples=resamples, level=level, seed=seed, delta=delta, selects=selects,
+        extra={k: EXTRA_SELECTIVE[k] for k in BOOTSTRAPPED_EXTRA}, ranking=RANKING,
+    )

@@ -51,7 +51,7 @@ __all__ = [
     "slug",
 ]
 
-CELL_SCHEMA = 2
+CELL_SCHEMA = 3
 #: the problem of a cell written before the typed records (recomputed, one summary line)
 LEGACY = "written by an older selbench"
 RUN_SCHEMA = 2
@@ -112,9 +112,12 @@ class ArraysRef(BaseModel):
 
 
 class CellRecord(_Record):
-    """One finished cell: a method × seed (× training β) on one experiment."""
+    """One finished cell: a method × seed (× training β) on one experiment.
 
-    schema_version: Literal[2] = CELL_SCHEMA
+    Schema 3 (selbench 0.2): every metric of the registry (:data:`selbench.metrics.METRICS`),
+    ``intervals`` and ``bootstrap``."""
+
+    schema_version: Literal[3] = CELL_SCHEMA
     key: str = Field(description="content key: hash of everything that determines the cell")
     components: dict[str, Any] = Field(
         default_factory=dict,
@@ -127,6 +130,12 @@ class CellRecord(_Record):
     train_beta: float
     betas: list[float]
     metrics: dict[str, list[float]]
+    intervals: dict[str, Any] | None = Field(
+        None, description="bootstrap intervals over the evaluation examples per metric: "
+                          "{low: [per β], high: [per β], auc: [low, high]} (selective) or "
+                          "{low, high} (ranking); see selbench.bootstrap.selective_intervals")
+    bootstrap: dict[str, Any] | None = Field(
+        None, description="how the intervals were drawn: resamples, level, method")
     n_fit: int
     n_eval: int
     device: str
@@ -287,7 +296,10 @@ class ResultsDir:
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             check.problem = f"unreadable ({type(exc).__name__})"
             return check
-        if isinstance(data, dict) and "schema_version" not in data and "format" in data:
+        if isinstance(data, dict) and (
+            ("schema_version" not in data and "format" in data)
+            or (isinstance(data.get("schema_version"), int) and data["schema_version"] < CELL_SCHEMA)
+        ):
             check.problem = LEGACY
             return check
         try:

@@ -44,6 +44,7 @@ from selbench.api import FitContext
 from selbench.codeid import code_digest, core_digest
 from selbench.data import DataError, ModelOutputs
 from selbench.evaluate import EvaluationError, check_vector, eval_rows, fit_indices
+from selbench.evaluate import intervals as evaluate_intervals
 from selbench.inputs import DigestCache, InputError, digest_input
 from selbench.results import (
     CELL_SCHEMA,
@@ -336,7 +337,9 @@ def plan_cells(resolved: ResolvedSpec, results: ResultsDir, ident: Identity) -> 
     first_seed = resolved.spec.seeds[0]
     for e_i, exp in enumerate(resolved.spec.experiments):
         base = f"experiments[{e_i}]"
-        settings = exp.model_dump(mode="json", exclude={"methods", "report", "dataset", "backbone"})
+        # the leaderboard columns (metrics) are a view: every cell holds every registered metric
+        settings = exp.model_dump(mode="json", exclude={"methods", "report", "metrics", "dataset",
+                                                        "backbone"})
         outputs = {split: key for split, (key, _) in output_keys(resolved, ident, e_i).items()}
         exp_part = {"settings": content_hash(settings), "outputs": outputs}
         for m_i, method in enumerate(exp.methods):
@@ -513,6 +516,15 @@ def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def _json_ready(obj: Any) -> Any:
+    """Nested dicts of numpy arrays and scalars as plain lists and floats."""
+    if isinstance(obj, dict):
+        return {str(k): _json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, np.ndarray)):
+        return [_json_ready(v) for v in obj]
+    return float(obj)
 
 
 def _plain(domain: np.ndarray | None) -> np.ndarray:
@@ -731,6 +743,14 @@ def run_cell(
     delta = exp.coverage_guarantee.delta if exp.coverage_guarantee else None
     selects = est._selects()
     metrics = est._measure(arrays, cell.eval_betas, delta)  # as est.evaluate(eval_out, ...)
+    boot = exp.bootstrap
+    intervals = boot_info = None
+    if boot.resamples > 0:
+        intervals = m.run("bootstrapping the evaluation examples", lambda: evaluate_intervals(
+            arrays, cell.eval_betas, delta=delta, seed=cell.seed, selects=selects,
+            resamples=boot.resamples, level=boot.level))
+        boot_info = {"resamples": boot.resamples, "level": boot.level, "method": "percentile",
+                     "unit": "evaluation example"}
     t2 = time.perf_counter()
     stored = None
     if cell.needs_arrays:
@@ -752,6 +772,8 @@ def run_cell(
         train_beta=cell.train_beta,
         betas=cell.eval_betas,
         metrics={k: np.asarray(v, dtype=float).tolist() for k, v in metrics.items()},
+        intervals=_json_ready(intervals) if intervals is not None else None,
+        bootstrap=boot_info,
         n_fit=len(idx),
         n_eval=len(eval_out),
         device=device,
