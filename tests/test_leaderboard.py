@@ -78,13 +78,15 @@ def test_stats_and_p_values_over_five_seeds(five):
     # CSV carries the same numbers, interval and p-value
     lines = (five / "leaderboard.csv").read_text().splitlines()
     assert lines[0] == ("experiment,method,metric,point,mean,std,ci95_low,ci95_high,n_seeds,"
-                        "p_vs_best,best,best_mean")
+                        "p_vs_best,best,best_mean,boot_level,boot_low_mean,boot_high_mean")
     rec = next(ln.split(",") for ln in lines if ln.startswith("mixture,None,ece1,auc,"))
-    assert float(rec[9]) == pytest.approx(1 / 32) and rec[10:] == ["0", "0"]
+    assert float(rec[9]) == pytest.approx(1 / 32) and rec[10:12] == ["0", "0"]
     assert float(rec[6]) == float(rec[4]) == float(rec[7])  # no fitting: no spread over seeds
     rec = next(ln.split(",") for ln in lines if ln.startswith("mixture,Confidence,ece1,auc,"))
     assert [float(v) for v in rec[6:8]] == pytest.approx(list(ref), rel=1e-12)
-    assert rec[9] == "" and rec[10:] == ["1", "1"]
+    assert rec[9] == "" and rec[10:12] == ["1", "1"]
+    boot = rows["Confidence"]["metrics"]["ece1"]["auc"]["bootstrap"]
+    assert [float(v) for v in rec[12:]] == [boot["level"], boot["low_mean"], boot["high_mean"]]
 
 
 def test_a_method_not_significantly_worse_is_marked_best(five, tmp_path):

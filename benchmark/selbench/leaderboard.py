@@ -2,9 +2,18 @@
 
 The tables are built only from the cell files of a results directory (``cells/``) and its
 ``run.json`` manifest, so ``selbench leaderboard DIR`` re-renders them without recomputing
-anything. The core owns the columns: ECE₁, ECE₂, Brier and accuracy (best marked) plus the
-achieved coverage, either at each coverage level β (``report: betas``) or as the area
-under the metric-vs-β curve (``report: auc``, see :func:`selbench.metrics.auc`).
+anything. The core owns the columns: the metrics of the registry
+:data:`selbench.metrics.METRICS` that the experiment's ``metrics:`` list chooses (by default
+the paper's ECE₁, ECE₂, Brier, accuracy and achieved coverage), with their labels and
+directions from the registry, best marked where the registry says so; either at each
+coverage level β (``report: betas``) or as the area under the metric-vs-β curve
+(``report: auc``, see :func:`selbench.metrics.auc`). A ranking metric (AURC, E-AURC,
+AUGRC: one value per cell, from the selector's scores over all evaluation examples) shows
+that value in an ``auc`` table.
+
+Bootstrap intervals over the evaluation examples (each cell's, see
+:func:`selbench.evaluate.intervals`) are in the JSON (per seed, and the mean of their
+bounds) and the CSV (``boot_*``); the Markdown stays readable without them.
 
 Each value is summarised over seeds by :mod:`selbench.stats`: mean ± sample std, a 95%
 Student-t interval, and a one-sided Wilcoxon signed-rank test (paired by seed) against the
@@ -39,16 +48,17 @@ import numpy as np
 from tabulate import tabulate
 
 from selbench import stats as S
-from selbench.metrics import auc
+from selbench.metrics import DEFAULT_COLUMNS, auc, metric_info
 from selbench.results import ResultsDir, ResultsError
 from selbench.store import atomic_write_json, atomic_write_text
 
 __all__ = [
-    "COLUMNS",
-    "HEADLINE",
+    "Column",
     "LeaderboardError",
     "ResultSet",
     "build_tables",
+    "columns_for",
+    "headline",
     "load_results",
     "render_csv",
     "render_markdown",
@@ -58,39 +68,39 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Column:
+    """A leaderboard column: one metric of the registry (:data:`selbench.metrics.METRICS`)."""
+
     key: str
     label: str
     lower_is_better: bool | None  # None: shown, never marked best
+    kind: str = "selective"
 
     @property
     def header(self) -> str:
         arrow = "" if self.lower_is_better is None else (" ↓" if self.lower_is_better else " ↑")
         return self.label + arrow
 
-
-COLUMNS: tuple[Column, ...] = (
-    Column("ece1", "ECE₁", True),
-    Column("ece2", "ECE₂", True),
-    Column("brier", "Brier", True),
-    Column("accuracy", "Acc.", False),
-    Column("coverage", "Coverage", None),
-)
-#: Shown when an experiment asks for a Hoeffding coverage guarantee.
-GUARANTEED = Column("guaranteed_coverage", "Guaranteed cov.", None)
+    @classmethod
+    def of(cls, key: str) -> Column:
+        info = metric_info(key)
+        return cls(key, info.label, info.lower_is_better if info.marked else None, info.kind)
 
 
 def columns_for(exp: dict) -> tuple[Column, ...]:
-    """The columns of one experiment's table: COLUMNS, plus the guaranteed coverage
-    (achieved coverage − ε) when the spec sets ``coverage_guarantee``."""
-    return COLUMNS + ((GUARANTEED,) if exp.get("coverage_guarantee") else ())
+    """The columns of one experiment's table: its ``metrics`` list (the spec fills it in:
+    the spec's list, or the paper's set plus the guaranteed coverage where the experiment
+    asks for a coverage guarantee). A run.json written before metrics lists existed gets
+    that default."""
+    keys = exp.get("metrics")
+    if not keys:
+        keys = list(DEFAULT_COLUMNS) + (
+            ["guaranteed_coverage"] if exp.get("coverage_guarantee") else [])
+    return tuple(Column.of(k) for k in keys)
 
 
-def _column(key: str) -> Column:
-    return next(c for c in (*COLUMNS, GUARANTEED) if c.key == key)
-
-
-#: The metric whose p-values the Markdown shows.
-HEADLINE = "ece1"
+def headline(columns: Sequence[Column]) -> Column | None:
+    """The column whose p-values the Markdown shows: the first one marked best."""
+    return next((c for c in columns if c.lower_is_better is not None), None)
 
 
 class LeaderboardError(RuntimeError):
@@ -299,37 +309,101 @@ def _timing(results: ResultSet, experiment: str, method: str) -> dict[str, Any]:
     }
 
 
+def method_intervals(results: ResultSet, experiment: str, method: str
+                     ) -> dict[int, dict[float | str, dict[str, list[float]]]]:
+    """``intervals[seed][point][metric] = [low, high]``: the bootstrap intervals over the
+    evaluation examples of one method's cells (``point`` a β, or ``"auc"`` for the interval
+    of the AUC over β; a ranking metric's interval is at every β and at ``"auc"``)."""
+    out: dict[int, dict[float | str, dict[str, list[float]]]] = {}
+    for rec in results.cells:
+        if rec["experiment"] != experiment or rec["method"] != method:
+            continue
+        per = out.setdefault(int(rec["seed"]), {})
+        for key, iv in (rec.get("intervals") or {}).items():
+            if "auc" in iv or isinstance(iv.get("low"), list):
+                for b_i, b in enumerate(rec["betas"]):
+                    per.setdefault(float(b), {})[key] = [iv["low"][b_i], iv["high"][b_i]]
+                if iv.get("auc") is not None:
+                    per.setdefault("auc", {})[key] = list(iv["auc"])
+            else:  # ranking: one interval for the cell
+                for b in rec["betas"]:
+                    per.setdefault(float(b), {})[key] = [iv["low"], iv["high"]]
+                per.setdefault("auc", {})[key] = [iv["low"], iv["high"]]
+    return out
+
+
+def _bootstrap_entry(intervals: dict, point: float | str, key: str, level: float | None
+                     ) -> dict[str, Any] | None:
+    per_seed = {s: iv[point][key] for s, iv in intervals.items()
+                if point in iv and key in iv[point]}
+    if not per_seed:
+        return None
+    lows = [_as_float(v[0]) for v in per_seed.values()]
+    highs = [_as_float(v[1]) for v in per_seed.values()]
+    return {
+        "level": level,
+        "per_seed": {str(s): [_as_float(v[0]), _as_float(v[1])] for s, v in per_seed.items()},
+        "low_mean": float(np.mean(lows)),
+        "high_mean": float(np.mean(highs)),
+    }
+
+
+def _boot_level(results: ResultSet, experiment: str) -> float | None:
+    for rec in results.cells:
+        if rec["experiment"] == experiment and rec.get("bootstrap"):
+            return float(rec["bootstrap"]["level"])
+    return None
+
+
 def tables_from(results: ResultSet) -> dict[str, Any]:
-    """Aggregate a :class:`ResultSet` into per-experiment tables (JSON-ready)."""
+    """Aggregate a :class:`ResultSet` into per-experiment tables (JSON-ready).
+
+    A ``ranking`` metric (one value per cell, e.g. AURC) is summarised by that value in an
+    ``auc`` table (by the AUC of its per-β values for ``per_beta`` experiments, where each
+    β has a cell of its own). Each entry carries, under ``bootstrap``, the cells' bootstrap
+    intervals over the evaluation examples (per seed, and the mean of their bounds)."""
     experiments = []
     for exp in results.experiments:
         betas = [float(b) for b in exp["betas"]]
         report = exp["report"]
+        level = _boot_level(results, exp["name"])
+        cols = columns_for(exp)
         rows = []
         for method in exp["methods"]:
             label = method["label"]
             curves = method_curves(results, exp["name"], label)
+            boots = method_intervals(results, exp["name"], label)
             complete = {s: c for s, c in curves.items() if all(b in c for b in betas)}
             metrics: dict[str, dict[str, Any]] = {}
-            for col in columns_for(exp):
+            for col in cols:
                 entry: dict[str, Any] = {}
                 if report == "auc":
-                    per_seed = {s: auc(betas, [_as_float(complete[s][b][col.key]) for b in betas])
-                                for s in complete}
+                    per_seed = {}
+                    for s in complete:
+                        vals = [_as_float(complete[s][b].get(col.key)) for b in betas]
+                        constant = col.kind == "ranking" and len(set(vals)) == 1
+                        per_seed[s] = vals[0] if constant else auc(betas, vals)
                     entry["auc"] = S.summarize(per_seed)
+                    boot = _bootstrap_entry(boots, "auc", col.key, level)
+                    if boot is not None:
+                        entry["auc"]["bootstrap"] = boot
                 else:
                     for b in betas:
-                        vals = {s: _as_float(c[b][col.key]) for s, c in curves.items() if b in c}
+                        vals = {s: _as_float(c[b].get(col.key)) for s, c in curves.items()
+                                if b in c}
                         entry[f"{b:g}"] = S.summarize(vals)
+                        boot = _bootstrap_entry(boots, b, col.key, level)
+                        if boot is not None:
+                            entry[f"{b:g}"]["bootstrap"] = boot
                 metrics[col.key] = entry
             extra_keys = sorted(
                 {k for c in curves.values() for p in c.values() for k in p}
-                - {c.key for c in columns_for(exp)}
+                - {c.key for c in cols}
             )
             rows.append({
                 "method": label,
                 "metrics": metrics,
-                "curves": _curve_summary(curves, betas, [c.key for c in columns_for(exp)]),
+                "curves": _curve_summary(curves, betas, [c.key for c in cols]),
                 "extra_metrics": extra_keys,
                 "seeds": sorted(curves),
                 "timing": _timing(results, exp["name"], label),
@@ -346,6 +420,8 @@ def tables_from(results: ResultSet) -> dict[str, Any]:
             "eval_split": exp["eval_split"],
             "n_fit": exp["n_fit"],
             "coverage_guarantee": exp.get("coverage_guarantee"),
+            "metrics": [c.key for c in cols],
+            "bootstrap_level": level,
             "rows": rows,
         })
     specs = [s["spec"] for s in results.sources]
@@ -359,7 +435,12 @@ def tables_from(results: ResultSet) -> dict[str, Any]:
             "alpha": S.ALPHA,
             "min_seeds_for_test": S.MIN_SEEDS_FOR_TEST,
             "best": "best mean, or compared on >= min_seeds_for_test seeds with p_vs_best >= alpha",
+            "bootstrap": "per cell: percentile bootstrap interval over the evaluation examples "
+                         "(selbench.bootstrap.selective_intervals); per method: each seed's "
+                         "interval and the mean of their bounds",
         },
+        "metrics": {key: metric_info(key)._asdict() for key in dict.fromkeys(
+            k for e in experiments for k in e["metrics"])},
         "experiments": experiments,
     }
 
@@ -401,7 +482,7 @@ def _points(rows: list[dict], key: str) -> list[str]:
 
 
 def _mark_best(rows: list[dict]) -> None:
-    for col in (_column(k) for k in (rows[0]["metrics"] if rows else ())):
+    for col in (Column.of(k) for k in (rows[0]["metrics"] if rows else ())):
         for point in _points(rows, col.key):
             stats = [r["metrics"][col.key][point] for r in rows]
             if col.lower_is_better is None:
@@ -443,8 +524,7 @@ def _fmt_p(stat: dict) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
-def _stats_note(n_seeds: int) -> str:
-    metric = next(c.label for c in COLUMNS if c.key == HEADLINE)
+def _stats_note(n_seeds: int, metric: str) -> str:
     if n_seeds <= 1:
         return ("One seed: no spread, interval or test is available; **bold** = best mean. "
                 "Run more seeds for a paired comparison.")
@@ -454,10 +534,12 @@ def _stats_note(n_seeds: int) -> str:
                 f"with {n_seeds} seeds it cannot reach p < {S.ALPHA:g} (smallest possible p = "
                 f"2^-{n_seeds} = {2.0 ** -n_seeds:.3g}; {S.MIN_SEEDS_FOR_TEST} seeds are needed), "
                 "so no other method is marked as tied with the best. "
-                "95% t-intervals are in leaderboard.json and .csv.")
+                "95% t-intervals over seeds and bootstrap intervals over evaluation examples are "
+            "in leaderboard.json and .csv.")
     return (f"**bold** = best mean, and every method not significantly worse than it: "
             f"p ≥ {S.ALPHA:g} in a {test} (*p ({metric})* shows it for {metric}). "
-            "95% t-intervals are in leaderboard.json and .csv.")
+            "95% t-intervals over seeds and bootstrap intervals over evaluation examples are "
+            "in leaderboard.json and .csv.")
 
 
 def render_markdown(tables: dict) -> str:
@@ -472,7 +554,7 @@ def render_markdown(tables: dict) -> str:
         f"{', '.join(map(str, seeds))} · values are mean ± std over seeds · "
         "↓ lower is better, ↑ higher is better"),
         "",
-        _stats_note(len(seeds)),
+        _stats_note(len(seeds), _headline_label(tables)),
         "",
     ]
     if prov["mixed_spec_hashes"]:
@@ -484,8 +566,10 @@ def render_markdown(tables: dict) -> str:
         lines += [(f"**Partial results**: {c['left_out']} of {c['planned']} cells are missing (or "
                   "were written for another spec) and left out (--allow-partial)."), ""]
     show_p = len(seeds) > 1
-    headline = next(c for c in COLUMNS if c.key == HEADLINE)
     for exp in tables["experiments"]:
+        cols = columns_for(exp)
+        head = headline(cols)
+        exp_p = show_p and head is not None
         tb = exp["train_beta"]
         trained = "one model per β" if tb == "per_beta" else f"selectors trained for β = {tb:g}"
         lines += [
@@ -503,25 +587,28 @@ def render_markdown(tables: dict) -> str:
             lo, hi = min(exp["betas"]), max(exp["betas"])
             lines += [(f"Area under each metric's curve over β ∈ [{lo:g}, {hi:g}] "
                       f"({len(exp['betas'])} levels), normalised by the range."), ""]
-            cols = columns_for(exp)
+            if any(c.kind == "ranking" for c in cols):
+                names = ", ".join(c.label for c in cols if c.kind == "ranking")
+                lines += [(f"{names}: once per cell over all evaluation examples, from the "
+                           "selector's scores."), ""]
             headers = ["Method"] + [c.header for c in cols]
-            if show_p:
-                headers.append(f"p ({headline.label})")
+            if exp_p:
+                headers.append(f"p ({head.label})")
             body = []
             for r in exp["rows"]:
                 line = [_md(r["method"])] + [_fmt(r["metrics"][c.key]["auc"]) for c in cols]
-                if show_p:
-                    line.append(_fmt_p(r["metrics"][HEADLINE]["auc"]))
+                if exp_p:
+                    line.append(_fmt_p(r["metrics"][head.key]["auc"]))
                 body.append(line)
             lines += [tabulate(body, headers, tablefmt="github", disable_numparse=True), ""]
         else:
             headers = ["Method"] + [f"β={b:g}" for b in exp["betas"]]
-            for c in columns_for(exp):
+            for c in cols:
                 lines += [f"### {c.header} at coverage β", ""]
                 body = [[_md(r["method"])] + [_fmt(r["metrics"][c.key][f"{b:g}"]) for b in exp["betas"]]
                         for r in exp["rows"]]
                 lines += [tabulate(body, headers, tablefmt="github", disable_numparse=True), ""]
-                if c.key == HEADLINE and show_p:
+                if exp_p and c.key == head.key:
                     lines += [f"### p-value against the best mean, {c.label}", ""]
                     body = [[_md(r["method"])] + [_fmt_p(r["metrics"][c.key][f"{b:g}"])
                                              for b in exp["betas"]] for r in exp["rows"]]
@@ -530,11 +617,22 @@ def render_markdown(tables: dict) -> str:
 
 
 CSV_HEADER = ["experiment", "method", "metric", "point", "mean", "std", "ci95_low", "ci95_high",
-              "n_seeds", "p_vs_best", "best", "best_mean"]
+              "n_seeds", "p_vs_best", "best", "best_mean", "boot_level", "boot_low_mean",
+              "boot_high_mean"]
+
+
+def _headline_label(tables: dict) -> str:
+    for exp in tables["experiments"]:
+        head = headline(columns_for(exp))
+        if head is not None:
+            return head.label
+    return "–"
 
 
 def render_csv(tables: dict) -> str:
-    """One row per experiment × method × metric × point (a β, or ``auc``)."""
+    """One row per experiment × method × metric × point (a β, or ``auc``). ``ci95_*``: the
+    t-interval over seeds; ``boot_*``: the mean over seeds of each cell's bootstrap interval
+    over the evaluation examples at ``boot_level`` (empty when the run drew none)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(CSV_HEADER)
@@ -544,12 +642,16 @@ def render_csv(tables: dict) -> str:
                 for point, stat in r["metrics"][c.key].items():
                     ci = stat.get("ci95") or ["", ""]
                     p = stat.get("p_vs_best")
+                    boot = stat.get("bootstrap")
+                    boot_cols = ([repr(boot["level"]), repr(boot["low_mean"]),
+                                  repr(boot["high_mean"])] if boot else ["", "", ""])
                     writer.writerow([exp["name"], r["method"], c.key, point,
                                      repr(stat["mean"]), repr(stat["std"]),
                                      repr(ci[0]) if ci[0] != "" else "",
                                      repr(ci[1]) if ci[1] != "" else "",
                                      stat["n"], "" if p is None else repr(p),
-                                     int(bool(stat.get("best"))), int(bool(stat.get("best_mean")))])
+                                     int(bool(stat.get("best"))), int(bool(stat.get("best_mean"))),
+                                     *boot_cols])
     return buf.getvalue()
 
 
