@@ -1,4 +1,5 @@
-"""selbench against its peers: netcal, probmetrics, uncertainty-calibration, torchmetrics.
+"""selbench against its peers: netcal, probmetrics, uncertainty-calibration, torchmetrics,
+relplot, torch-uncertainty.
 
 Every workload is timed for selbench and for each peer that implements it, in the same
 run, on the same seeded synthetic data: float32 logits ``z = scale * N(0, 1)`` (scale 3
@@ -53,6 +54,13 @@ Workloads and value checks (the run fails when a check fails):
    selbench does not implement: those rows are timed for reference only, against
    selbench's equal-mass ECE, and left out of the targets; their values are compared with
    ``get_ece`` for information.
+5. Smooth ECE (N = 3,000 and 1,000,000) vs ``relplot.smECE`` / ``smECE_sigma`` (values
+   within 1e-6), and class-wise ECE (K = 100) vs uncertainty-calibration's marginal
+   calibration error (1e-12) and torch-uncertainty's ``ClasswiseCalibrationError``
+   (equal-width): ``perf/peers_smooth.py``.
+6. AURC, AUGRC, coverage at risk and risk at coverage, N = 1,000,000, vs torch-uncertainty
+   (values compared on tie-free data, where the definitions agree after its (1 - 1/N)
+   normalisation): ``perf/peers_riskcov.py``.
 
 ``pip install -e '.[perf]'`` installs the peers; a peer that is missing is reported and
 skipped.
@@ -592,7 +600,7 @@ def ece_workload(n: int, source: str, repeats: int, report: Report) -> None:
 
 
 # ------------------------------------------------------------------------------ main
-SECTIONS = ("temperature", "platt", "binning", "ece")
+SECTIONS = ("temperature", "platt", "binning", "ece", "smooth", "riskcov")
 
 
 def main(argv: list[str] | None = None) -> list[str]:
@@ -635,6 +643,22 @@ def run(args: argparse.Namespace) -> list[str]:
         for source in ("probabilities", "confidences"):
             ece_workload(n, source, args.repeats, report)
         summary += report.summary("ece", "ECE (equal-mass)")
+    if "smooth" in sections:
+        import peers_smooth
+
+        rule("5. Smooth ECE (relplot) and class-wise ECE (uncertainty-calibration, "
+             "torch-uncertainty)")
+        for n in [3_000] + ([1_000_000] if big else [50_000]):
+            peers_smooth.workload(n, args.repeats, report)
+        summary += report.summary("smooth", "smooth / class-wise ECE")
+    if "riskcov" in sections:
+        import peers_riskcov
+
+        n = 1_000_000 if big else 50_000
+        rule(f"6. Risk-coverage metrics (AURC, AUGRC, ...), N = {n:,}: selbench vs "
+             "torch-uncertainty")
+        peers_riskcov.workload(n, args.repeats, report)
+        summary += report.summary("riskcov", "risk-coverage metrics")
     if report.failures:
         raise SystemExit("values disagree beyond the stated tolerance:\n  "
                          + "\n  ".join(report.failures))
