@@ -195,3 +195,12 @@ def test_columns_and_headline_read_the_registry():
     assert headline(columns_for({"metrics": ["coverage"]})) is None
     # a run.json from before metrics lists: the paper's columns
     assert [c.key for c in columns_for({})] == list(M.DEFAULT_COLUMNS)
+
+
+def test_cli_metrics_lists_the_registry(capsys):
+    assert main(["metrics"]) == 0
+    out = capsys.readouterr().out
+    for key, info in M.METRICS.items():
+        line = next(ln for ln in out.splitlines() if ln.split()[:1] == [key])
+        assert info.label in line and info.kind in line
+    assert "augrc" in out and "lower is better" in out and "needs coverage_guarantee" in out

@@ -1,4 +1,4 @@
-"""``selbench`` command line: run, validate, plugins, leaderboard, plot.
+"""``selbench`` command line: run, validate, plugins, metrics, leaderboard, plot.
 
 Exit codes: 0 success, 1 a run failed (a plugin or the data misbehaved), 2 bad input
 (malformed spec, unknown plugin, bad arguments).
@@ -122,6 +122,20 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from selbench.metrics import DEFAULT_COLUMNS, METRICS
+
+    print(f"metrics ({len(METRICS)}); a spec's `metrics: [...]` picks the leaderboard columns "
+          f"(default: {', '.join(DEFAULT_COLUMNS)})")
+    for key, info in METRICS.items():
+        direction = ("lower is better" if info.lower_is_better else "higher is better") \
+            if info.marked else "shown, not marked"
+        needs = f"; needs {info.needs}" if info.needs else ""
+        print(f"  {key:<20} {info.label:<16} {info.kind:<9} {direction}{needs}")
+        print(f"      {info.summary}")
+    return EXIT_OK
+
+
 def _type_name(annotation) -> str:
     """``int``, ``list[int]``, ``Literal['a', 'b']``, ``int | None`` ... for parameter listings."""
     if getattr(annotation, "__args__", None) is None and hasattr(annotation, "__name__"):
@@ -166,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("kind", nargs="?", choices=["dataset", "backbone", "selector", "recalibrator",
                                                "loss", "scheme"])
     p.set_defaults(func=cmd_plugins)
+
+    p = sub.add_parser("metrics", help="list the registered metrics (leaderboard columns)")
+    p.set_defaults(func=cmd_metrics)
 
     p = sub.add_parser("leaderboard", help="re-render the leaderboard of a results directory")
     _add_combine_options(p, "leaderboard")
