@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from selbench import riskcoverage as RC
 from selbench.riskcoverage import (
     augrc,
     aurc,
@@ -353,6 +354,245 @@ def test_validation():
             risk_at_coverage([0.1], [1], bad)
     assert coverage_at_risk([0.1], [1], np.float32(0.5)) == 1.0
     assert risk_at_coverage([0.1], [1], 1) == 0.0
+
+
+# --------------------------------------------------------------------------- all rows at once
+AREAS = {"aurc": aurc, "eaurc": eaurc, "augrc": augrc}
+
+
+def row_cases():
+    """``[R, m]`` scores and correctness: one resample (or evaluation set) per row."""
+    g = np.random.default_rng(2024)
+
+    def coins(shape, p=0.7):
+        return (g.random(shape) < p).astype(np.float64)
+
+    n = 500
+    base, right = g.normal(size=n), coins(n)
+    idx = g.integers(0, n, (40, n))  # bootstrap resamples: duplicates always tie
+    cases = {
+        "resampled": (base[idx], right[idx]),
+        "random": (g.random((30, 64)), coins((30, 64))),
+        "few distinct": (g.integers(0, 3, (40, 80)).astype(np.float64), coins((40, 80))),
+        "two distinct": (g.integers(0, 2, (40, 9)) * 0.25 + 0.5, coins((40, 9))),
+        "constant rows": (np.repeat(g.random((25, 1)), 30, axis=1), coins((25, 30))),
+        "all tied": (np.full((12, 40), 0.7), coins((12, 40))),
+        "all correct": (g.random((10, 50)), np.ones((10, 50))),
+        "all wrong": (g.random((10, 50)), np.zeros((10, 50))),
+        "rows all right, all wrong, mixed": (
+            g.random((3, 20)), np.stack([np.ones(20), np.zeros(20), coins(20)])),
+        "m = 1": (g.integers(0, 3, (30, 1)).astype(np.float64), coins((30, 1), 0.5)),
+        "m = 2": (g.integers(0, 2, (60, 2)).astype(np.float64), coins((60, 2), 0.5)),
+        "signed zeros": (g.choice([-0.0, 0.0, 1e-300, -1e-300, 0.5], (30, 12)), coins((30, 12))),
+        "negative": (-g.random((20, 70)), coins((20, 70))),
+        "mixed signs, narrow": (g.random((20, 70)) - 0.5, coins((20, 70))),
+        # magnitudes above 2 on both sides: the sign-flipped bits do not pack
+        "mixed signs, wide": (g.normal(size=(20, 70)) * 100, coins((20, 70))),
+        # magnitudes across 1000+ binades and both signs: the argsort fallback
+        "mixed signs, extreme": (g.choice([-1e300, -3.0, -1e-300, 0.0, 1e-300, 2.5, 1e300],
+                                          (20, 30)), coins((20, 30))),
+        # neighbouring floats: keys spanning < 2**31, packed into uint32
+        "adjacent floats": (0.5 + g.integers(0, 7, (30, 40)) * 2.0**-53, coins((30, 40))),
+        "large": (g.random((3, 70_000)).round(3), coins((3, 70_000))),  # several blocks
+    }
+    return cases
+
+
+ROW_CASES = row_cases()
+
+
+@pytest.fixture
+def fresh_memo():
+    """No remembered result before or after the test."""
+    RC._memo.last = None
+    yield
+    RC._memo.last = None
+
+
+@pytest.mark.parametrize("name", list(ROW_CASES))
+def test_batched_equals_the_scalar_functions_row_by_row(name, fresh_memo):
+    s, c = ROW_CASES[name]
+    for key, f in AREAS.items():
+        RC._memo.last = None  # each computed afresh here (the memo is tested below)
+        got = f.batched(s, c)
+        assert got.dtype == np.float64 and got.shape == (s.shape[0],)
+        want = np.array([f(s[r], c[r]) for r in range(s.shape[0])])
+        np.testing.assert_allclose(got, want, rtol=0, atol=TOL, err_msg=key)
+
+
+def test_batched_cases_take_every_path_of_the_keys():
+    def span(name):
+        found = RC._int_keys(ROW_CASES[name][0])
+        return None if found is None else found[2] - found[1]
+
+    assert span("all tied") == 0 and span("adjacent floats") < 2**31  # uint32
+    assert 2**31 <= span("random") < 2**63 and 2**31 <= span("negative") < 2**63
+    s = ROW_CASES["mixed signs, wide"][0]
+    assert s.min() < -2 and s.max() > 2 and span("mixed signs, wide") < 2**63  # from d
+    assert span("mixed signs, extreme") is None  # argsort
+
+
+@pytest.mark.parametrize("name", ["signed zeros", "mixed signs, wide", "mixed signs, extreme",
+                                  "negative", "adjacent floats", "few distinct"])
+def test_int_keys_are_in_the_order_of_the_scores(name):
+    s = ROW_CASES[name][0][:4]
+    found = RC._int_keys(s)
+    if found is None:
+        return
+    keys, lo, hi = found
+    assert keys.min() == lo and keys.max() == hi
+    for row, krow in zip(s, keys):
+        a, b = np.meshgrid(row, row)
+        ka, kb = np.meshgrid(krow, krow)
+        np.testing.assert_array_equal(ka < kb, a < b)
+        np.testing.assert_array_equal(ka == kb, a == b)  # -0.0 == 0.0
+
+
+def test_batched_edge_shapes(fresh_memo):
+    for f in AREAS.values():
+        assert f.batched(np.empty((0, 5)), np.empty((0, 5))).shape == (0,)
+        assert np.isnan(f.batched(np.empty((3, 0)), np.empty((3, 0)))).all()
+        # lists, float32 scores and boolean correctness convert as in the scalar functions
+        s32 = np.array([[0.3, 0.1, 0.3], [0.2, 0.2, 0.9]], dtype=np.float32)
+        c = np.array([[True, False, False], [False, True, True]])
+        want = [f(s32[r], c[r]) for r in range(2)]
+        np.testing.assert_allclose(f.batched(s32, c), want, rtol=0, atol=TOL)
+        np.testing.assert_allclose(f.batched(s32.tolist(), c.tolist()), want, rtol=0, atol=TOL)
+
+
+def test_batched_validation(fresh_memo):
+    s, c = np.array([[0.1, 0.2], [0.3, 0.4]]), np.array([[1.0, 0.0], [0.0, 1.0]])
+    for f in AREAS.values():
+        bad = s.copy()
+        bad[1, 0] = np.nan
+        with pytest.raises(ValueError, match=r"scores contains NaN at index \[1, 0\]"):
+            f.batched(bad, c)
+        bad[1, 0] = -np.inf
+        with pytest.raises(ValueError, match=r"scores must be finite; scores\[1, 0\]"):
+            f.batched(bad, c)
+        bad = c.copy()
+        bad[0, 1] = 0.5
+        with pytest.raises(ValueError, match=r"0/1.*correct\[0, 1\] = 0.5"):
+            f.batched(s, bad)
+        with pytest.raises(ValueError, match="same shape"):
+            f.batched(s, c[:, :1])
+        with pytest.raises(ValueError, match="2-D"):
+            f.batched(s[0], c[0])
+        with pytest.raises(ValueError, match="2-D"):
+            f.batched(s, "x")
+
+
+def test_the_three_areas_share_one_sort(fresh_memo, monkeypatch):
+    calls = []
+    sort = RC._sorted_rows
+    monkeypatch.setattr(RC, "_sorted_rows", lambda *a: calls.append(1) or sort(*a))
+    s, c = ROW_CASES["resampled"]
+    blocks = -(-s.shape[0] // (RC._BLOCK_ENTRIES // s.shape[1]))
+    got = {key: f.batched(s.copy(), c.copy()) for key, f in AREAS.items()}  # fresh arrays
+    assert len(calls) == blocks  # one computation for the three
+    for key, f in AREAS.items():
+        np.testing.assert_allclose(got[key], [f(a, b) for a, b in zip(s, c)], rtol=0, atol=TOL)
+    # the result rows are copies: changing one changes nothing remembered
+    got["aurc"][:] = -1.0
+    assert (aurc.batched(s, c) >= 0).all() and len(calls) == blocks
+
+
+def test_memo_is_keyed_by_content_not_identity(fresh_memo, monkeypatch):
+    calls = []
+    sort = RC._sorted_rows
+    monkeypatch.setattr(RC, "_sorted_rows", lambda *a: calls.append(1) or sort(*a))
+    s, c = (x.copy() for x in ROW_CASES["few distinct"])
+    first = augrc.batched(s, c)
+    assert len(calls) == 1
+    s[0, :] = np.arange(s.shape[1])  # the same array, changed in place
+    changed = augrc.batched(s, c)
+    assert len(calls) == 2
+    assert changed[0] != first[0] and np.array_equal(changed[1:], first[1:])
+    assert changed[0] == pytest.approx(augrc(s[0], c[0]), abs=TOL)
+    c[1, :] = 1.0 - c[1, :]  # correctness alone changed
+    assert eaurc.batched(s, c)[1] == pytest.approx(eaurc(s[1], c[1]), abs=TOL)
+    assert len(calls) == 3
+    assert aurc.batched(s.copy(), c.astype(bool))[1] == pytest.approx(aurc(s[1], c[1]), abs=TOL)
+    assert len(calls) == 3  # equal content (booleans == 0/1): remembered
+    # equal content but a different shape is another input
+    aurc.batched(s.reshape(2, -1), c.reshape(2, -1))
+    assert len(calls) == 4
+    # inputs too large to remember are computed each time
+    monkeypatch.setattr(RC, "_MEMO_ENTRIES", s.size - 1)
+    aurc.batched(s, c)
+    aurc.batched(s, c)
+    assert len(calls) == 6 and RC._memo.last is None
+
+
+def test_memo_is_per_thread(fresh_memo):
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = ["resampled", "few distinct", "mixed signs, wide", "all tied"]
+    want = {n: {k: [f(a, b) for a, b in zip(*ROW_CASES[n])] for k, f in AREAS.items()}
+            for n in names}
+
+    def work(i):
+        name = names[i % len(names)]
+        s, c = ROW_CASES[name]
+        for key, f in AREAS.items():
+            np.testing.assert_allclose(f.batched(s, c), want[name][key], rtol=0, atol=TOL)
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(work, range(32)))
+
+
+def test_batched_on_real_resamples():
+    s, c = dataset(REAL[1])
+    idx = np.random.default_rng(5).integers(0, len(s), (4, len(s)))
+    for f in AREAS.values():
+        RC._memo.last = None
+        want = [f(s[r], c[r]) for r in idx]
+        np.testing.assert_allclose(f.batched(s[idx], c[idx]), want, rtol=0, atol=TOL)
+
+
+def _plain(f):
+    return lambda s, y: f(s, y)  # the scalar function, without its batched form
+
+
+@pytest.mark.parametrize("kind", ["random", "tied_scores", "all_wrong", "constant"])
+@pytest.mark.parametrize("selects", [True, False])
+def test_selective_intervals_with_batched_areas_equal_plain_callables(kind, selects):
+    """selective_intervals with aurc/eaurc/augrc (their ``batched`` forms, one shared sort)
+    equals it with plain per-resample callables, and with its per-resample loop."""
+    from selbench import bootstrap as BS
+
+    g = np.random.default_rng([len(kind), 3])
+    n = 240
+    conf = g.uniform(0.3, 1.0, n)
+    scores = {"random": conf + g.normal(0.0, 0.1, n), "tied_scores": g.integers(0, 3, n) * 1.0,
+              "all_wrong": g.normal(size=n) * 50, "constant": np.full(n, 2.0)}[kind]
+    correct = np.zeros(n) if kind == "all_wrong" else (g.random(n) < conf).astype(np.float64)
+    plain = {key: _plain(f) for key, f in AREAS.items()}
+    assert all(not hasattr(fn, "batched") for fn in plain.values())
+    kw = dict(n_resamples=25, level=0.9, seed=3, delta=None, selects=selects, extra={})
+    runs = [BS._selective_intervals(scores, conf, correct, [0.5, 0.8, 1.0], ranking=AREAS,
+                                    **kw),
+            BS._selective_intervals(scores, conf, correct, [0.5, 0.8, 1.0], ranking=AREAS,
+                                    batch=7, **kw),  # several batches: several inputs
+            BS._selective_intervals(scores, conf, correct, [0.5, 0.8, 1.0], ranking=plain,
+                                    **kw),
+            BS._selective_intervals(scores, conf, correct, [0.5, 0.8, 1.0], ranking=AREAS,
+                                    slow=True, **kw)]  # calls aurc, ... on every resample
+    (fast, dist), others = runs[0], runs[1:]
+    for out, d in others:
+        np.testing.assert_allclose(dist, d, rtol=0, atol=TOL)
+        for key in AREAS:
+            assert out[key]["low"] == pytest.approx(fast[key]["low"], abs=TOL)
+            assert out[key]["high"] == pytest.approx(fast[key]["high"], abs=TOL)
+
+
+def test_selective_intervals_with_batched_areas_one_example():
+    from selbench.bootstrap import selective_intervals
+
+    out = selective_intervals([0.3], [0.9], [0.0], [0.5, 1.0], n_resamples=10, ranking=AREAS)
+    assert out["aurc"] == {"low": 1.0, "high": 1.0}
+    assert out["augrc"] == {"low": 0.5, "high": 0.5}
+    assert out["eaurc"] == {"low": 0.0, "high": 0.0}
 
 
 # --------------------------------------------------------------------------- torch-uncertainty

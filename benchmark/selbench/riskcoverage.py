@@ -9,6 +9,16 @@ Every function takes plain arrays and returns floats (or float64 arrays):
   rejected, as by every selbench metric (:mod:`selbench._validate`).
 * ``correct`` ``[N]``: 0/1 (or boolean) correctness of the prediction.
 
+**All rows at once.** :func:`aurc`, :func:`eaurc` and :func:`augrc` carry a vectorised form,
+``fn.batched(scores, correct) -> [R]`` over ``[R, m]`` arrays (one evaluation set per row,
+e.g. bootstrap resamples: the hook of :func:`selbench.bootstrap.selective_intervals`), equal
+to ``fn`` row by row to float64 rounding (tested to 1e-12), ties merged per row. The three
+share one computation: one sort of every row gives all three areas, and the last result is
+remembered (per thread, keyed by the content of the input, see ``_rc_rows``), so the three
+hooks called on the same rows sort them once. At ``R = 200``, ``m = 3000`` the three together
+take about 20 ms on one core (the sort about 11 ms of it), against about 100 ms for 600 calls
+of the scalar functions.
+
 A threshold ``t`` accepts the examples with ``scores >= t``. With ``k`` accepted examples of
 which ``e`` are wrong, the *coverage* is ``k / N``, the *selective risk* ``e / k`` (the error
 rate, 1 - accuracy, of the accepted examples) and the *generalized risk* ``e / N`` (Traub et
@@ -60,6 +70,7 @@ and :func:`risk_at_coverage`.
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -204,6 +215,9 @@ def aurc(scores: Any, correct: Any) -> float:
     Differences from torch-uncertainty 0.13.0's ``AURC``: ties broken instead of merged, no
     coverage-0 anchor and a ``1 / (1 - 1/N)`` rescaling (module notes); ``nan`` for ``N < 2``.
 
+    ``aurc.batched(scores, correct)``: the same for every row of ``[R, m]`` arrays,
+    float64 ``[R]`` (module notes).
+
     Returns:
         AURC in ``[0, 1]``. All correct: 0.0; all wrong: 1.0; all scores tied: the error
         rate; ``N = 1``: the example's error; ``N = 0``: ``nan``.
@@ -230,6 +244,9 @@ def eaurc(scores: Any, correct: Any) -> float:
     Because it is the continuous limit while the AURC is a finite-N trapezoidal sum, a
     perfect ranking has a slightly negative E-AURC at small ``N`` (``-0.028`` for one correct
     and one wrong example; fd-shifts computes the same), tending to 0 as ``N`` grows.
+
+    ``eaurc.batched(scores, correct)``: the same for every row of ``[R, m]`` arrays,
+    float64 ``[R]`` (module notes).
 
     Returns:
         E-AURC. All correct or all wrong: 0.0; all scores tied: ``-(1 - pi) ln(1 - pi)``;
@@ -269,6 +286,9 @@ def augrc(scores: Any, correct: Any) -> float:
 
     Differences from torch-uncertainty 0.13.0's ``AUGRC``: ties broken, no ``(0, 0)`` anchor
     and a ``1 / (1 - 1/N)`` rescaling (module notes); ``nan`` for ``N < 2``.
+
+    ``augrc.batched(scores, correct)``: the same for every row of ``[R, m]`` arrays,
+    float64 ``[R]`` (module notes).
 
     Returns:
         AUGRC in ``[0, 1/2]``. All correct: 0.0; all wrong: 0.5; all scores tied: ``pi / 2``;
@@ -353,3 +373,231 @@ def risk_at_coverage(scores: Any, correct: Any, coverage: float) -> float:
     k, e = _groups(sc, corr)
     j = int(np.searchsorted(k / n, level, side="left"))  # k[-1] / n == 1.0 >= level
     return float(e[j] / k[j])
+
+
+# --------------------------------------------------------------------------- all rows at once
+# ``aurc.batched``, ``eaurc.batched`` and ``augrc.batched``: the three areas of every row of
+# ``[R, m]`` arrays (the hook of selbench.bootstrap.selective_intervals, which calls them one
+# after the other on the same resampled rows). They share one computation, _rc_rows, which
+# sorts every row once and remembers its last input and result.
+
+_BLOCK_ENTRIES = 1 << 16  # entries per block of rows: the working arrays stay in the CPU cache
+_MEMO_ENTRIES = 1 << 21  # largest input remembered (two copies of it are kept, see _rc_rows)
+_memo = threading.local()  # per thread: (scores copy, correct copy, result [3, R])
+_MAG = np.int64(0x7FFF_FFFF_FFFF_FFFF)  # the bits of a float64 but its sign
+
+
+def _as_rows(x: Any, name: str) -> np.ndarray:
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a 2-D numeric array [R, m]; got {type(x).__name__}"
+                         ) from exc
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array [R, m] (one row per resample); "
+                         f"got shape {arr.shape}")
+    return arr
+
+
+def _check_rows(sc: np.ndarray, corr: np.ndarray) -> None:
+    """The checks of :func:`_inputs`, for every row of ``[R, m]`` arrays."""
+    bad = ~np.isfinite(sc)
+    if bad.any():
+        at = tuple(int(i) for i in np.argwhere(bad)[0])
+        if np.isnan(sc[at]):
+            raise ValueError(f"scores contains NaN at index {list(at)}")
+        raise ValueError(f"scores must be finite; scores{list(at)} = {float(sc[at])!r}")
+    bad = (corr != 0.0) & (corr != 1.0)
+    if bad.any():
+        at = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"correct must be 0/1 (or boolean); correct{list(at)} = "
+                         f"{float(corr[at])!r}")
+
+
+def _int_keys(sc: np.ndarray) -> tuple[np.ndarray, int, int] | None:
+    """int64 keys ``[r, m]`` of the scores, in their order and equal exactly where they are
+    (``-0.0 == 0.0``), with the least and the greatest key; ``None`` if the keys would span
+    ``2**63`` or more (so that they could not be packed with a flag bit into 64 bits).
+
+    Non-negative floats: their bits, which are in order. With negative scores the magnitude
+    bits of the negative ones are flipped (``-1 - magnitude``); that spans less than ``2**63``
+    unless the magnitudes reach about 2 on both sides of 0 (``2 = 2**62`` as bits). Then the
+    magnitudes are counted from just below the smallest non-zero one, ``d``, with the sign
+    put back (``±(magnitude - d + 1)``, 0 for 0), which spans less than ``2**63`` unless the
+    non-zero magnitudes span some 1000 binades (``1e-300`` and ``1e10``); only then ``None``."""
+    lo, hi = float(sc.min()), float(sc.max())
+    bits = np.add(sc, 0.0).view(np.int64)  # + 0.0: -0.0 becomes 0.0 (one tie)
+    ext = (np.array([lo, hi]) + 0.0).view(np.int64)  # the same for the extremes
+    if lo >= 0.0:
+        return bits, int(ext[0]), int(ext[1])
+    lo_key, hi_key = (int(x) for x in _flip_negative(ext.copy()))
+    if hi_key - lo_key < 1 << 63:
+        return _flip_negative(bits), lo_key, hi_key
+    mag = bits & _MAG
+    d = int(np.min(mag, where=mag != 0, initial=_MAG))  # lo < 0 < hi: there is one
+    lo_key, hi_key = (int(x) for x in _from_smallest(ext, ext & _MAG, d))
+    if hi_key - lo_key < 1 << 63:
+        return _from_smallest(bits, mag, d), lo_key, hi_key
+    return None
+
+
+def _flip_negative(bits: np.ndarray) -> np.ndarray:
+    bits ^= (bits >> 63) & _MAG  # negative: -1 - magnitude; non-negative: unchanged
+    return bits
+
+
+def _from_smallest(bits: np.ndarray, mag: np.ndarray, d: int) -> np.ndarray:
+    mag -= d - 1  # non-zero: >= 1; zero: <= 0, clipped to 0
+    np.maximum(mag, 0, out=mag)
+    np.negative(mag, out=mag, where=bits < 0)
+    return mag
+
+
+def _sorted_rows(sc: np.ndarray, wrong: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(new, w)`` ``[r, m]`` of every row sorted by ascending score: ``new`` marks the first
+    example of each group of equal scores (``-0.0 == 0.0``; always the row's first), ``w``
+    the 0/1 wrong flags in that order (signed integers). The order inside a tie does not
+    matter.
+
+    One sort of one integer per example: the key of :func:`_int_keys` minus the least one,
+    shifted left by one with the wrong flag in the freed bit (``uint64``, or ``uint32``, a
+    sort twice as fast, when the keys span less than ``2**31``, e.g. all scores tied); a
+    group starts where a packed key exceeds its predecessor with the flag set (``p | 1``).
+    Where the keys cannot be packed: an argsort of the scores and two gathers (about 1.5
+    times the time)."""
+    r, m = sc.shape
+    new = np.empty((r, m), dtype=bool)
+    new[:, 0] = True
+    found = _int_keys(sc)
+    if found is None:
+        order = np.argsort(sc, axis=1)
+        ordered = np.take_along_axis(sc, order, axis=1)
+        np.not_equal(ordered[:, 1:], ordered[:, :-1], out=new[:, 1:])
+        return new, np.take_along_axis(wrong, order, axis=1)
+    keys, lo_key, hi_key = found
+    packed = keys.view(np.uint64)
+    packed -= np.uint64(lo_key % (1 << 64))  # wraps around: the exact offset in [0, span]
+    if hi_key - lo_key < 1 << 31:
+        packed, one, signed = packed.astype(np.uint32), np.uint32(1), np.int32
+    else:
+        one, signed = np.uint64(1), np.int64
+    packed <<= one
+    packed |= wrong
+    packed.sort(axis=1)
+    np.greater(packed[:, 1:], packed[:, :-1] | one, out=new[:, 1:])
+    packed &= one
+    return new, packed.view(signed)  # (a cumsum of uint64 into int64 is slow)
+
+
+def _rc_block(sc: np.ndarray, wrong: np.ndarray, out: np.ndarray) -> None:
+    """AURC, E-AURC and AUGRC (``out[:, r]``) of every row of ``sc``, ``wrong`` ``[r, m]``.
+
+    The groups of equal scores of every row, in ascending score order, are found in the
+    flattened sorted rows: ``F`` the flat index of each group's first example, ``k`` the
+    examples at or above it in its row (accepted at its threshold), ``e`` the wrong ones among
+    them. With ``u_g = size_g + size_{g-1}`` (``size_{-1} = 0``: nothing below a row's lowest
+    group) and ``N = m``, the two sums of :func:`_aurc` and :func:`_augrc` regroup per
+    point::
+
+        2 N AURC = e_top + sum_g u_g e_g / k_g,    2 N^2 AUGRC = sum_g u_g e_g,
+
+    (each point's risk is weighted by the widths of the two trapezoids it bounds, the
+    coverage-0 anchor adding ``k_top`` to the top point's width; ``k_top e_top / k_top`` is
+    written ``e_top``), the second summed exactly in integers."""
+    r, m = sc.shape
+    new, w = _sorted_rows(sc, wrong)
+    below = np.empty(r * m + 1, dtype=np.int64)  # wrong examples before each flat position
+    below[0] = 0
+    np.cumsum(w, out=below[1:])  # (row-major: w is C-contiguous)
+    F = np.flatnonzero(new)
+    starts = np.arange(r + 1) * m  # flat start of every row, and the end of the last
+    first = np.searchsorted(F, starts[:-1])  # every row's lowest group (each row starts one)
+    nd = np.diff(first, append=F.shape[0])  # groups per row, >= 1
+    top = first + (nd - 1)  # every row's highest group
+    k = np.repeat(starts[1:], nd) - F
+    e = np.repeat(below[starts[1:]], nd) - below[F]
+    Fx = np.empty(F.shape[0] + 2, dtype=F.dtype)  # F with the neighbours of its ends
+    Fx[0], Fx[1:-1], Fx[-1] = 0, F, r * m
+    u = Fx[2:] - Fx[:-2]  # F_{g+1} - F_{g-1}; F_{g+1} of a row's top group: the row's end
+    u[first] = Fx[first + 2] - F[first]  # nothing below a row's lowest group
+    n_wrong = e[first]
+    u *= e
+    augrc2 = np.add.reduceat(u, first)
+    aurc2 = np.add.reduceat(u / k, first) + e[top]
+    out[0] = aurc2 / (2.0 * m)
+    out[2] = augrc2 / (2.0 * m * m)
+    err = n_wrong / m
+    safe = np.where(err >= 1.0, 0.0, err)
+    out[1] = out[0] - np.where(err >= 1.0, 1.0, safe + (1.0 - safe) * np.log1p(-safe))
+
+
+def _rc_rows(scores: Any, correct: Any) -> np.ndarray:
+    """``[3, R]``: AURC, E-AURC and AUGRC of every row of ``scores``, ``correct`` ``[R, m]``
+    (validated as the scalar functions validate one row), computed together with one sort of
+    every row (:func:`_rc_block`, in blocks of about 2**16 entries).
+
+    The last result is remembered, per thread, with copies of its input: a call whose arrays
+    are equal in content (``==``, element by element) to the last ones returns it without
+    sorting again. The three ``batched`` hooks therefore share one sort when they are called
+    on the same rows, one after the other (as :func:`selbench.bootstrap.selective_intervals`
+    does). The key is the content, not the identity: an array changed in place since, or
+    another array at the same address, is never mistaken for the last one, and equal content
+    means an equal (already validated) input, hence an equal result. Comparing costs two
+    passes over the input (a few percent of the computation). Inputs of more than 2**21
+    entries are neither remembered nor copied (each call computes); the copies (9 bytes per
+    entry: float64 scores, boolean correctness) are reused for the next input of the same
+    shape and kept until one of another shape, so at most about 19 MB per thread. Callers
+    get copies of the rows of the result, never the remembered array."""
+    sc = _as_rows(scores, "scores")
+    corr = _as_rows(correct, "correct")
+    if corr.shape != sc.shape:
+        raise ValueError(f"correct must have the same shape as scores {sc.shape}; "
+                         f"got {corr.shape}")
+    last = getattr(_memo, "last", None)
+    if (last is not None and last[0].shape == sc.shape and np.array_equal(last[0], sc)
+            and np.array_equal(last[1], corr)):
+        return last[2]  # equal content: equal (valid) input, equal result
+    _check_rows(sc, corr)
+    R, m = sc.shape
+    out = np.full((3, R), np.nan)  # m = 0: nan, as the scalar functions
+    wrong = corr == 0.0
+    step = max(1, _BLOCK_ENTRIES // max(m, 1))
+    for a in range(0, R if m else 0, step):
+        _rc_block(sc[a:a + step], wrong[a:a + step], out[:, a:a + step])
+    _remember(sc, wrong, out)
+    return out
+
+
+def _remember(sc: np.ndarray, wrong: np.ndarray, out: np.ndarray) -> None:
+    """Keep copies of the input of ``out`` (the caller may change its arrays), in the
+    buffers of the last input when it had the same shape (no fresh pages to fault in)."""
+    last, _memo.last = getattr(_memo, "last", None), None
+    if sc.size > _MEMO_ENTRIES:
+        return
+    if last is not None and last[0].shape == sc.shape:
+        sc_buf, corr_buf = last[0], last[1]
+        np.copyto(sc_buf, sc)
+        np.logical_not(wrong, out=corr_buf)
+    else:
+        sc_buf, corr_buf = sc.copy(), ~wrong  # the correctness as booleans
+    _memo.last = (sc_buf, corr_buf, out)
+
+
+def _aurc_rows(scores: Any, correct: Any) -> np.ndarray:
+    """:func:`aurc` of every row of ``[R, m]`` arrays, float64 ``[R]`` (``aurc.batched``)."""
+    return _rc_rows(scores, correct)[0].copy()
+
+
+def _eaurc_rows(scores: Any, correct: Any) -> np.ndarray:
+    """:func:`eaurc` of every row of ``[R, m]`` arrays, float64 ``[R]`` (``eaurc.batched``)."""
+    return _rc_rows(scores, correct)[1].copy()
+
+
+def _augrc_rows(scores: Any, correct: Any) -> np.ndarray:
+    """:func:`augrc` of every row of ``[R, m]`` arrays, float64 ``[R]`` (``augrc.batched``)."""
+    return _rc_rows(scores, correct)[2].copy()
+
+
+aurc.batched = _aurc_rows  # type: ignore[attr-defined]
+eaurc.batched = _eaurc_rows  # type: ignore[attr-defined]
+augrc.batched = _augrc_rows  # type: ignore[attr-defined]
