@@ -250,6 +250,39 @@ def test_batched_callables_equal_the_plain_loop(selects):
     np.testing.assert_allclose(dist_fast, dist_plain, rtol=0, atol=1e-12)
 
 
+def test_batched_ranking_callables_share_one_read_only_gather():
+    scores, conf, correct = cell_data(50, "tied_scores")
+    seen = []
+
+    def ranking_fn():
+        fn = lambda s, y: float(np.mean(s))
+
+        def rows(s, y):
+            assert not s.flags.writeable and not y.flags.writeable
+            seen.append((s, y))
+            return np.mean(s, axis=1)
+
+        fn.batched = rows
+        return fn
+
+    out = selective_intervals(scores, conf, correct, [0.5, 1.0], n_resamples=12,
+                              ranking={"a": ranking_fn(), "b": ranking_fn(), "c": _score_risk})
+    assert out["a"] == out["b"]
+    assert len(seen) % 2 == 0 and seen
+    for (s1, y1), (s2, y2) in zip(seen[::2], seen[1::2]):  # a and b of one batch
+        assert s1 is s2 and y1 is y2
+
+    def writes(s, y):
+        s[:, 0] = 0.0
+        return np.zeros(s.shape[0])
+
+    bad = lambda s, y: 0.0
+    bad.batched = writes
+    with pytest.raises(ValueError, match="read-only"):
+        selective_intervals(scores, conf, correct, [0.5, 1.0], n_resamples=12,
+                            ranking={"bad": bad})
+
+
 def test_batched_callable_of_the_wrong_shape_is_named():
     scores, conf, correct = cell_data(20)
     bad = lambda c, y: 0.0
