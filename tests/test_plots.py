@@ -5,6 +5,7 @@ and the cells say."""
 from __future__ import annotations
 
 import json
+import warnings
 import xml.etree.ElementTree as ET
 
 import matplotlib.image
@@ -28,6 +29,7 @@ from selbench.plots import (
 from selbench.riskcoverage import augrc, aurc, risk_coverage_curve
 from selbench.runner import run, slug
 from selbench.smooth import smooth_reliability
+from selbench.stats import summarize
 
 LABELS = ("None", "Temp. scale", "Confidence")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -171,7 +173,7 @@ def test_risk_coverage_figure_draws_the_stored_arrays(results, tmp_path, monkeyp
     draw = P.risk_coverage_figure
     monkeypatch.setattr(P, "risk_coverage_figure",
                         lambda series, title: seen.append(series) or draw(series, title))
-    paths = write_plots(results, out=tmp_path, formats=("svg",))
+    paths = write_plots(results, out=tmp_path, formats=("svg",), workers=1)
     assert tmp_path / "plots" / "mixture" / "risk-coverage.svg" in paths
     (series,) = seen
     assert [name.split(",")[0] for name, *_ in series] == list(LABELS)
@@ -236,6 +238,16 @@ def test_metric_curves_are_the_cells_mean_and_std_over_seeds(results):
             assert curve[key]["mean"][b_i] == pytest.approx(np.mean(vals), abs=1e-15)
             assert curve[key]["std"][b_i] == pytest.approx(np.std(vals, ddof=1), abs=1e-15)
             assert curve[key]["n"][b_i] == 2
+            # exactly what selbench.stats.summarize gives (computed without its t-interval)
+            st = summarize(dict(zip((0, 1), vals)))
+            assert (curve[key]["mean"][b_i], curve[key]["std"][b_i]) == (st["mean"], st["std"])
+
+
+@pytest.mark.parametrize("vals", [{}, {3: 0.25}, {0: 0.5, 2: float("nan")}, {1: 0.1, 0: 0.3, 5: 0.2}])
+def test_mean_std_is_summarize(vals):
+    mean, std, n = P._mean_std(vals)
+    st = summarize(vals)
+    np.testing.assert_equal((mean, std, n), (st["mean"], st["std"], st["n"]))
 
 
 def _curves_figures(monkeypatch):
@@ -249,7 +261,7 @@ def _curves_figures(monkeypatch):
 def test_selective_ece_figure_labels_from_the_registry_and_smece_when_shown(
         results, tmp_path, monkeypatch):
     calls = _curves_figures(monkeypatch)
-    write_plots(results, out=tmp_path / "default", formats=("svg",))
+    write_plots(results, out=tmp_path / "default", formats=("svg",), workers=1)
     assert [keys for keys, _, _ in calls] == [["ece1", "ece2"], ["accuracy"]]
     for keys, _, fig in calls:
         assert [ax.get_title() for ax in fig.axes] == [f"selective {METRICS[k].label}" for k in keys]
@@ -260,7 +272,7 @@ def test_selective_ece_figure_labels_from_the_registry_and_smece_when_shown(
     run(tiny_spec(seeds=[0], metrics=["ece1", "smece", "accuracy"]), out_dir=root / "out",
         cache_dir=root / "cache", progress=False, plots=False)
     calls.clear()
-    write_plots(root / "out", formats=("svg",))
+    write_plots(root / "out", formats=("svg",), workers=1)
     keys, series, fig = calls[0]
     assert keys == ["ece1", "ece2", "smece"]
     assert fig.axes[2].get_title() == f"selective {METRICS['smece'].label}"
@@ -301,3 +313,121 @@ def test_plot_beta_choice():
     assert plot_beta({"train_beta": 0.5, "betas": [0.5]}, 0.9) == 0.9
     with pytest.raises(ValueError, match="beta must lie"):
         plot_beta({"train_beta": 0.5}, 0.0)
+
+
+# --------------------------------------------------------------------------- parallel drawing
+def _files(root):
+    return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_parallel_drawing_writes_the_same_bytes_as_serial(results, tmp_path, monkeypatch):
+    """Worker processes draw every figure to the same bytes (PNG metadata and SVG ids
+    included) as this process does, the paths come back in the same order, and no temporary
+    file is left behind: with this process helping, and with the workers drawing all."""
+    serial = write_plots(results, out=tmp_path / "serial", workers=1)
+    expected = _files(tmp_path / "serial" / "plots")
+    assert len(expected) == 18
+
+    parallel = write_plots(results, out=tmp_path / "parallel", workers=3)
+    assert [p.relative_to(tmp_path / "parallel") for p in parallel] == \
+        [p.relative_to(tmp_path / "serial") for p in serial]
+    assert _files(tmp_path / "parallel" / "plots") == expected
+
+    drawn_here = []
+    draw, draw_all = P._draw, P._draw_all
+    monkeypatch.setattr(P, "_draw", lambda job, formats: drawn_here.append(job) or draw(job, formats))
+    monkeypatch.setattr(P, "_draw_all", lambda jobs, formats, workers:
+                        draw_all(jobs, formats, workers, helping=False))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no worker failed
+        workers_only = write_plots(results, out=tmp_path / "workers", workers=2)
+    assert drawn_here == []
+    assert [p.relative_to(tmp_path / "workers") for p in workers_only] == \
+        [p.relative_to(tmp_path / "serial") for p in serial]
+    assert _files(tmp_path / "workers" / "plots") == expected
+
+
+def test_a_figure_that_raises_in_a_worker_raises_here(tmp_path):
+    jobs = [P._Job("curves_figure", ([], [f"no-such-metric-{i}"], "t"), tmp_path / f"bad{i}")
+            for i in range(2)]
+    with pytest.raises(KeyError, match="no-such-metric") as err:
+        P._draw_all(jobs, ("svg",), 2, helping=False)
+    assert isinstance(err.value.__cause__, P._WorkerTraceback)
+    assert "Traceback" in str(err.value.__cause__) and "curves_figure" in str(err.value.__cause__)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_worker_exception_that_does_not_pickle_is_raised_by_its_text():
+    class Local(Exception):  # a local class: its instances do not pickle
+        pass
+
+    try:
+        raise Local("boom")
+    except Local as exc:
+        failure = P._failure(exc)
+    with pytest.raises(RuntimeError, match="Local: boom") as err:
+        P._reraise(failure)
+    assert "raise Local" in str(err.value.__cause__)
+
+
+def test_figures_of_a_worker_that_dies_are_drawn_here(results, tmp_path, monkeypatch):
+    expected = _files(write_plots(results, out=tmp_path / "serial", formats=("svg",),
+                                  workers=1)[0].parents[1])
+    monkeypatch.setattr(P, "_WORKER_CODE", "import sys; sys.exit(3)")
+    draw_all = P._draw_all
+    monkeypatch.setattr(P, "_draw_all", lambda jobs, formats, workers:
+                        draw_all(jobs, formats, workers, helping=False))
+    with pytest.warns(RuntimeWarning, match=r"exited with status \[3\]"):
+        paths = write_plots(results, out=tmp_path / "died", formats=("svg",), workers=2)
+    assert _files(paths[0].parents[1]) == expected
+
+
+def test_number_of_drawing_processes(monkeypatch):
+    monkeypatch.delenv(P.WORKERS_ENV, raising=False)
+    monkeypatch.setattr(P, "usable_cpus", lambda: 2)
+    assert P._n_workers(None, 35) == 2  # automatic: one per CPU
+    assert P._n_workers(None, P.MIN_PARALLEL_FIGURES - 1) == 1  # too few figures to pay
+    assert P._n_workers(0, 35) == 2
+    assert P._n_workers(1, 35) == 1
+    assert P._n_workers(5, 3) == 3  # never more than figures
+    assert P._n_workers(3, 0) == 1
+    monkeypatch.setattr(P, "usable_cpus", lambda: 64)
+    assert P._n_workers(None, 35) == 9  # at least four figures per process
+    monkeypatch.setenv(P.WORKERS_ENV, "1")
+    assert P._n_workers(None, 35) == 1
+    assert P._n_workers(4, 35) == 4  # the argument wins
+    monkeypatch.setenv(P.WORKERS_ENV, "3")
+    assert P._n_workers(None, 5) == 3
+    monkeypatch.setenv(P.WORKERS_ENV, "many")
+    with pytest.raises(ValueError, match=P.WORKERS_ENV):
+        P._n_workers(None, 35)
+    with pytest.raises(ValueError, match="workers"):
+        P._n_workers(-1, 35)
+
+
+def _curves(scale, shift=0.0):
+    betas = [0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+    def curve(v):
+        return {"mean": list(v), "std": [0.0] * 6, "n": [1] * 6}
+    return [("m", {"betas": betas, "ece1": curve(shift + scale * np.linspace(1, 2, 6)),
+                   "ece2": curve(shift + scale * np.linspace(2, 1, 6)),
+                   "accuracy": curve(shift + scale * np.linspace(1, 3, 6))})]
+
+
+@pytest.mark.parametrize(("scale", "shift"), [(1e-2, 0.0), (1e-7, 0.0), (1e-6, 0.9999)])
+def test_pinned_titles_draw_the_same_figure(scale, shift, tmp_path, monkeypatch):
+    """Titles pinned at y = 1 (sparing matplotlib a layout of every y tick label per draw)
+    give the same files as matplotlib's automatic placement; an Axes whose y axis shows an
+    offset text (1e-7, +9.999e-1 here) keeps the automatic placement, which may move it."""
+    def save(stem):
+        with matplotlib.rc_context(P._RC):
+            fig = P.curves_figure(_curves(scale, shift), ["ece1", "ece2"], "a long title " * 6)
+            return fig, [p.read_bytes() for p in P._save(fig, stem, ("svg", "png"))]
+
+    pinned_fig, pinned = save(tmp_path / "pinned")
+    offset = [ax.yaxis.get_offset_text().get_text() for ax in pinned_fig.axes]
+    assert all(offset) == (scale < 1e-5) and any(offset) == (scale < 1e-5)
+    assert [ax._autotitlepos for ax in pinned_fig.axes] == [bool(t) for t in offset]
+    monkeypatch.setattr(P, "_pin_titles", lambda fig: None)
+    _, automatic = save(tmp_path / "automatic")
+    assert pinned == automatic

@@ -57,12 +57,18 @@ over β are the means and standard deviations over seeds of the values the cells
 
 Figures are drawn with matplotlib's object API on the Agg canvas (no pyplot, no global
 backend switch, no display needed); SVGs carry no date and stable element ids, so redrawing
-unchanged results gives identical files.
+unchanged results gives identical files. With more than one usable CPU and enough figures,
+worker processes draw some of them (``workers=`` of :func:`write_plots`, or
+``$SELBENCH_PLOT_WORKERS``; 1 draws them all in the calling process): the files are the
+same bytes either way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,8 +76,7 @@ from typing import Any
 
 import numpy as np
 
-from selbench import stats as S
-from selbench.leaderboard import LeaderboardError, ResultSet, load_results, tables_from
+from selbench.leaderboard import LeaderboardError, ResultSet, columns_for, load_results
 from selbench.metrics import METRICS, _bin_stats, _plugin_ce, accept_mask
 from selbench.results import CellRecord, ResultsDir, ResultsError, safe_name, slug
 from selbench.riskcoverage import augrc, aurc, risk_coverage_curve
@@ -176,7 +181,8 @@ def metric_curves(results: ResultSet, experiment: str, method: str, betas: Seque
 
     ``{"betas": betas, key: {"mean": [...], "std": [...], "n": [...]}}`` for each key, as
     :func:`selbench.stats.summarize` gives them at each β (a metric a cell does not hold
-    counts as NaN, and a seed without a cell at that β is left out)."""
+    counts as NaN, and a seed without a cell at that β is left out; computed here without
+    summarize's t-interval, whose scipy.stats import and quantiles cost half a second)."""
     per_seed: dict[int, dict[float, dict[str, Any]]] = {}
     for rec in results.cells:
         if rec["experiment"] == experiment and rec["method"] == method:
@@ -189,12 +195,23 @@ def metric_curves(results: ResultSet, experiment: str, method: str, betas: Seque
         for b in out["betas"]:
             vals = {s: math.nan if c[b].get(key) is None else float(c[b][key])
                     for s, c in per_seed.items() if b in c}
-            st = S.summarize(vals)
-            means.append(st["mean"])
-            stds.append(st["std"])
-            ns.append(st["n"])
+            mean, std, n = _mean_std(vals)
+            means.append(mean)
+            stds.append(std)
+            ns.append(n)
         out[key] = {"mean": means, "std": stds, "n": ns}
     return out
+
+
+def _mean_std(per_seed: dict[int, float]) -> tuple[float, float, int]:
+    """``mean``, ``std`` and ``n`` exactly as :func:`selbench.stats.summarize` gives them:
+    NaN when a value is not finite or there is none, std 0.0 for one seed."""
+    arr = np.asarray([per_seed[s] for s in sorted(per_seed)], dtype=np.float64)
+    n = int(arr.size)
+    finite = bool(n) and bool(np.isfinite(arr).all())
+    mean = float(arr.mean()) if finite else math.nan
+    std = float(arr.std(ddof=1)) if finite and n > 1 else (0.0 if finite else math.nan)
+    return mean, std, n
 
 
 # --------------------------------------------------------------------------- drawing helpers
@@ -212,16 +229,37 @@ def _figure(width: float, height: float, **margins_in: float):
     return fig
 
 
+def _pin_titles(fig) -> None:
+    """Fix each Axes title at its default height, y = 1, where matplotlib leaves it unless
+    the y axis shows an offset text (such as "1e−6") that the title would overlap. This
+    spares matplotlib laying out every y tick label once more in each draw to look for one
+    (a few percent of the drawing time); an Axes whose y axis shows an offset text keeps the
+    automatic placement (as does one with its x axis labelled on top or with child Axes;
+    the figures here have no twin Axes). The figure comes out the same."""
+    for ax in fig.axes:
+        title = ax.get_title()
+        if (not title or ax.child_axes or ax.xaxis.get_label_position() != "bottom"
+                or ax.xaxis.get_ticks_position() not in ("bottom", "default")):
+            continue
+        formatter = ax.yaxis.get_major_formatter()
+        formatter.set_locs(ax.yaxis.get_majorticklocs())  # as the draw sets them
+        if not formatter.get_offset():
+            ax.set_title(title, y=1.0)
+
+
 def _save(fig, stem: Path, formats: Sequence[str]) -> list[Path]:
     stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for fmt in formats:
-        path = stem.with_name(f"{stem.name}.{fmt}")
+    _pin_titles(fig)
+    paths = _paths(stem, formats)
+    for fmt, path in zip(formats, paths):
         metadata = {"Date": None} if fmt == "svg" else None
         with atomic_path(path, suffix=f".{fmt}") as tmp:
             fig.savefig(tmp, format=fmt, dpi=150, metadata=metadata)
-        paths.append(path)
     return paths
+
+
+def _paths(stem: Path, formats: Sequence[str]) -> list[Path]:
+    return [stem.with_name(f"{stem.name}.{fmt}") for fmt in formats]
 
 
 def _style(i: int, n: int) -> dict[str, Any]:
@@ -480,9 +518,234 @@ def _arrays_for(results: ResultSet, experiment: str, method: str, beta: float,
     return arrays, int(rec["seed"]), beta, bool(rec.get("selects", True))
 
 
-def _ece_keys(table: dict) -> list[str]:
-    shown = table.get("metrics") or ()
+def _ece_keys(exp: dict) -> list[str]:
+    shown = [c.key for c in columns_for(exp)]  # the experiment's leaderboard columns
     return list(_ECE_KEYS) + [k for k in _OPTIONAL_ECE_KEYS if k in shown]
+
+
+# --------------------------------------------------------------------------- drawing in parallel
+#: environment variable: how many processes draw the figures (1: all in this process; unset
+#: or 0: automatic, see :func:`write_plots`)
+WORKERS_ENV = "SELBENCH_PLOT_WORKERS"
+#: with fewer figures than this, the automatic choice draws them all in this process: a
+#: worker process first imports matplotlib (about a second of CPU) before it draws anything
+MIN_PARALLEL_FIGURES = 12
+#: the automatic choice starts no more processes than give each this many figures
+_FIGURES_PER_PROCESS = 4
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One figure to draw: the figure function of this module named ``maker``, called with
+    ``args``, saved to ``stem`` (plus each format's suffix). Small enough to hand to a
+    worker process: the per-example arrays of one method, metric curves, titles."""
+
+    maker: str
+    args: tuple
+    stem: Path
+
+
+#: rough drawing cost of each kind of figure, to hand the expensive ones out first
+_COST = {"curves_figure": 3, "reliability_figure": 2, "risk_coverage_figure": 2,
+         "confidence_figure": 1}
+
+
+def _draw(job: _Job, formats: Sequence[str]) -> list[Path]:
+    # looked up by name when called: the same function in a worker as in this process
+    return _save(globals()[job.maker](*job.args), job.stem, formats)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _n_workers(workers: int | None, n_jobs: int) -> int:
+    """Processes to draw ``n_jobs`` figures (this one included): ``workers``, else
+    ``$SELBENCH_PLOT_WORKERS``; 0 or unset: automatic."""
+    if workers is None:
+        env = os.environ.get(WORKERS_ENV, "").strip()
+        try:
+            workers = int(env) if env else 0
+        except ValueError:
+            raise ValueError(f"{WORKERS_ENV} must be a number of processes (0: automatic); "
+                             f"got {env!r}") from None
+    if workers < 0:
+        raise ValueError(f"workers must be a number of processes (0: automatic); got {workers}")
+    if workers == 0:
+        if n_jobs < MIN_PARALLEL_FIGURES:
+            return 1
+        workers = min(usable_cpus(), -(-n_jobs // _FIGURES_PER_PROCESS))
+    return max(1, min(workers, n_jobs))
+
+
+class _Queue:
+    """The figures to draw, shared by this process and its workers through a private
+    directory: position ``p`` is taken by whoever first creates ``take-p`` there (``O_EXCL``
+    makes that atomic), ``done-p`` marks it drawn, ``stop`` tells everyone to take no more,
+    ``error-p`` holds the exception a figure raised. Workers take from the front (the most
+    expensive figures first), this process from the back, so whatever the workers have taken
+    is always a prefix of the queue: this process stops at the first position it cannot take."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def take(self, pos: int) -> bool:
+        try:
+            os.close(os.open(self.folder / f"take-{pos}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        return True
+
+    def mark(self, name: str, data: bytes = b"") -> None:
+        (self.folder / name).write_bytes(data)
+
+    def has(self, name: str) -> bool:
+        return (self.folder / name).exists()
+
+
+def _failure(exc: BaseException) -> bytes:
+    """An exception and its traceback, pickled for the process that waits on the worker."""
+    import pickle
+    import traceback
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        blob = pickle.dumps(exc)
+    except Exception:  # an exception that does not pickle: its text only
+        blob = None
+    return pickle.dumps((text, f"{type(exc).__name__}: {exc}", blob))
+
+
+def _reraise(failure: bytes):
+    """Raise the exception of :func:`_failure` here, its worker's traceback as its cause."""
+    import pickle
+
+    text, summary, blob = pickle.loads(failure)
+    try:
+        exc = pickle.loads(blob)
+    except Exception:  # no blob, or an exception that cannot be rebuilt
+        exc = RuntimeError(f"in a worker process drawing figures: {summary}")
+    exc.__cause__ = _WorkerTraceback(text)
+    raise exc
+
+
+def _worker_main(payload: str) -> int:
+    """A worker process: draw figures from the front of the queue until none is left."""
+    import pickle
+
+    import matplotlib
+
+    with open(payload, "rb") as fh:
+        pickle.load(fh)  # sys.path, set by the code that started this process
+        rc, formats, queue = pickle.load(fh)
+    matplotlib.rcParams.update(rc)  # the caller's settings, _RC included: the same bytes
+    shared = _Queue(Path(payload).parent)
+    for pos, (_, job) in enumerate(queue):
+        if shared.has("stop"):
+            break
+        if not shared.take(pos):
+            continue
+        try:
+            _draw(job, formats)
+        except BaseException as exc:
+            shared.mark(f"error-{pos}", _failure(exc))
+            shared.mark("stop")
+            return 1
+        shared.mark(f"done-{pos}")
+    return 0
+
+
+#: what a worker process runs: it takes the caller's sys.path before importing selbench
+_WORKER_CODE = ("import pickle, sys\n"
+                "with open(sys.argv[1], 'rb') as fh:\n"
+                "    sys.path[:] = pickle.load(fh)\n"
+                "from selbench.plots import _worker_main\n"
+                "sys.exit(_worker_main(sys.argv[1]))\n")
+
+
+def _draw_all(jobs: list[_Job], formats: Sequence[str], workers: int, *,
+              helping: bool = True) -> list[Path]:
+    """Draw every job; the paths in the order of ``jobs``, whoever drew them.
+
+    With ``workers`` > 1, ``workers - 1`` worker processes and this one draw from one queue:
+    this process starts at once, the workers join in once they have imported matplotlib
+    (about a second). A worker is a fresh interpreter (``python -c``: no fork of this
+    process, which may have torch's thread pools running, and no re-run of its main module,
+    which multiprocessing's spawn and forkserver do) that imports this module and draws
+    with this process's matplotlib settings, so every file is the same bytes as drawn here.
+    An exception a figure raises in a worker is raised here; the figures of a worker that
+    dies otherwise (or does not start) are drawn here. ``helping=False``: this process only
+    draws what the workers left (for tests)."""
+    if workers <= 1 or len(jobs) < 2:
+        return [path for job in jobs for path in _draw(job, formats)]
+    import pickle
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    import matplotlib
+
+    queue = sorted(enumerate(jobs), key=lambda ij: -_COST.get(ij[1].maker, 1))
+    rc = {k: v for k, v in matplotlib.rcParams.items() if k != "backend"}
+    folder = Path(tempfile.mkdtemp(prefix="selbench-plots-"))
+    shared = _Queue(folder)
+    payload = folder / "jobs.pickle"
+    procs: list[subprocess.Popen] = []
+    drawn: set[int] = set()  # positions drawn here
+    try:
+        with open(payload, "wb") as fh:
+            pickle.dump(list(sys.path), fh)
+            pickle.dump((rc, list(formats), queue), fh, protocol=pickle.HIGHEST_PROTOCOL)
+        for _ in range(workers - 1):
+            try:
+                procs.append(subprocess.Popen([sys.executable, "-c", _WORKER_CODE, str(payload)],
+                                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL))
+            except OSError as exc:  # no processes to be had: this one draws the rest
+                warnings.warn(f"drawing the figures in fewer processes: {exc}", RuntimeWarning,
+                              stacklevel=3)
+                break
+        for pos in reversed(range(len(queue))) if helping else ():
+            if shared.has("stop") or not shared.take(pos):
+                break  # a worker failed, or the workers have taken the rest
+            _draw(queue[pos][1], formats)
+            drawn.add(pos)
+        for proc in procs:
+            proc.wait()
+    except BaseException:
+        with contextlib.suppress(OSError):  # the workers finish their figure, and stop
+            shared.mark("stop")
+        for proc in procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    try:
+        errors = sorted(folder.glob("error-*"), key=lambda p: int(p.name.split("-")[1]))
+        if errors:
+            _reraise(errors[0].read_bytes())
+        left = [pos for pos in range(len(queue))
+                if pos not in drawn and not shared.has(f"done-{pos}")]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    failed = [proc.returncode for proc in procs if proc.returncode]
+    if failed:
+        warnings.warn(f"{len(failed)} worker process(es) drawing figures exited with status "
+                      f"{failed}: drew their figures in this process", RuntimeWarning,
+                      stacklevel=3)
+    for pos in left:
+        _draw(queue[pos][1], formats)
+    return [path for job in jobs for path in _paths(job.stem, formats)]
+
+
+class _WorkerTraceback(Exception):
+    """The traceback of an exception raised in a worker process (its ``__cause__``)."""
 
 
 def write_plots(
@@ -493,6 +756,7 @@ def write_plots(
     allow_mixed: bool = False,
     beta: float | None = None,
     formats: Sequence[str] = FORMATS,
+    workers: int | None = None,
 ) -> list[Path]:
     """Draw every figure of one or more results directories into ``<out>/plots/``.
 
@@ -502,11 +766,18 @@ def write_plots(
         allow_partial, allow_mixed: as for :func:`selbench.leaderboard.write_leaderboard`.
         beta: coverage level of the per-example figures (default: see :func:`plot_beta`).
         formats: file formats, any matplotlib knows (default PNG and SVG).
+        workers: how many processes draw the figures, this one included (worker
+            processes are fresh interpreters, see :func:`_draw_all`). 1: all in this
+            process. None: ``$SELBENCH_PLOT_WORKERS`` if set, else 0: automatic, one per
+            usable CPU (at most one per four figures) when there are at least
+            :data:`MIN_PARALLEL_FIGURES` figures, else 1. The files are the same bytes
+            however many processes draw them.
 
     Returns:
-        The paths written. Methods without per-example arrays (e.g. cells of a foreign run)
-        get no reliability diagram or histogram and no risk-coverage curve (an experiment
-        where no method has them, no risk-coverage figure).
+        The paths written, in the same order however many processes drew them. Methods
+        without per-example arrays (e.g. cells of a foreign run) get no reliability diagram
+        or histogram and no risk-coverage curve (an experiment where no method has them, no
+        risk-coverage figure).
     """
     import matplotlib
 
@@ -517,42 +788,44 @@ def write_plots(
                                    "write the plots with --out DIR")
         out = dirs[0]
     results = load_results(dirs, allow_partial=allow_partial, allow_mixed=allow_mixed)
-    tables = tables_from(results)
     root = Path(out) / "plots"
-    paths: list[Path] = []
+    jobs: list[_Job] = []
+    for exp in results.experiments:
+        where = root / safe_name(exp["name"], "experiment name")
+        name = (f"{exp['name']}: {exp['dataset']['name']} / {exp['backbone']['name']}, "
+                f"evaluated on '{exp['eval_split']}'")
+        ece_keys = _ece_keys(exp)
+        curves = [(m["label"], metric_curves(results, exp["name"], m["label"], exp["betas"],
+                                             [*ece_keys, "accuracy"]))
+                  for m in exp["methods"]]
+        jobs.append(_Job("curves_figure", (curves, ece_keys, name), where / "selective-ece"))
+        jobs.append(_Job("curves_figure", (curves, ["accuracy"], name),
+                         where / "selective-accuracy"))
+        b = plot_beta(exp, beta)
+        guarantee = exp.get("coverage_guarantee")
+        delta = guarantee["delta"] if guarantee else None
+        ranked = []
+        for method, (label, curve) in zip(exp["methods"], curves):
+            found = _arrays_for(results, exp["name"], label, b, exp["train_beta"] == "per_beta")
+            if found is None:
+                continue
+            arrays, seed, b_used, selects = found
+            ranked.append((label + ("" if b_used == b else f" (trained at β = {b_used:g})")
+                           + f", seed {seed}", arrays["score"], arrays["correct"], selects))
+            if selects:
+                accept = accepted_mask(arrays["score"], b_used, delta, seed=seed)
+            else:  # a selector that does not select accepts every example
+                accept = np.ones(len(arrays["score"]), dtype=bool)
+            title = f"{exp['name']}: {label} (seed {seed})"
+            arrays = {k: arrays[k] for k in ("confidence", "raw_confidence", "correct")}
+            jobs.append(_Job("reliability_figure",
+                             (arrays, accept, b_used, title, method["recalibrator"]["name"]),
+                             where / "reliability" / slug(label)))
+            jobs.append(_Job("confidence_figure", (arrays, accept, b_used, curve, title),
+                             where / "confidence" / slug(label)))
+        if ranked:
+            jobs.append(_Job("risk_coverage_figure", (ranked, f"{name}, risk against coverage"),
+                             where / "risk-coverage"))
+    n = _n_workers(workers, len(jobs))
     with matplotlib.rc_context(_RC):
-        for exp, table in zip(results.experiments, tables["experiments"]):
-            where = root / safe_name(exp["name"], "experiment name")
-            name = (f"{exp['name']}: {exp['dataset']['name']} / {exp['backbone']['name']}, "
-                    f"evaluated on '{exp['eval_split']}'")
-            ece_keys = _ece_keys(table)
-            curves = [(m["label"], metric_curves(results, exp["name"], m["label"], exp["betas"],
-                                                 [*ece_keys, "accuracy"]))
-                      for m in exp["methods"]]
-            paths += _save(curves_figure(curves, ece_keys, name), where / "selective-ece", formats)
-            paths += _save(curves_figure(curves, ["accuracy"], name),
-                           where / "selective-accuracy", formats)
-            b = plot_beta(exp, beta)
-            guarantee = exp.get("coverage_guarantee")
-            delta = guarantee["delta"] if guarantee else None
-            ranked = []
-            for method, (label, curve) in zip(exp["methods"], curves):
-                found = _arrays_for(results, exp["name"], label, b, exp["train_beta"] == "per_beta")
-                if found is None:
-                    continue
-                arrays, seed, b_used, selects = found
-                ranked.append((label + ("" if b_used == b else f" (trained at β = {b_used:g})")
-                               + f", seed {seed}", arrays["score"], arrays["correct"], selects))
-                if selects:
-                    accept = accepted_mask(arrays["score"], b_used, delta, seed=seed)
-                else:  # a selector that does not select accepts every example
-                    accept = np.ones(len(arrays["score"]), dtype=bool)
-                title = f"{exp['name']}: {label} (seed {seed})"
-                fig = reliability_figure(arrays, accept, b_used, title, method["recalibrator"]["name"])
-                paths += _save(fig, where / "reliability" / slug(label), formats)
-                fig = confidence_figure(arrays, accept, b_used, curve, title)
-                paths += _save(fig, where / "confidence" / slug(label), formats)
-            if ranked:
-                fig = risk_coverage_figure(ranked, f"{name}, risk against coverage")
-                paths += _save(fig, where / "risk-coverage", formats)
-    return paths
+        return _draw_all(jobs, formats, n)
