@@ -163,8 +163,10 @@ def intervals(arrays: dict[str, np.ndarray], betas: list[float], *, delta: float
     :data:`BOOTSTRAPPED_EXTRA`): for the selective ones at
     each β and of their AUC over β, for the ranking ones of their single value (see
     :func:`selbench.bootstrap.selective_intervals`). Resample draws are seeded by ``seed``."""
-    return selective_intervals(
-        arrays["score"], arrays["confidence"], arrays["correct"], betas,
-        n_resamples=resamples, level=level, seed=seed, delta=delta, selects=selects,
-        extra={k: EXTRA_SELECTIVE[k] for k in BOOTSTRAPPED_EXTRA}, ranking=RANKING,
-    )
+    with warnings.catch_warnings():  # measure() has warned of an infeasible guarantee once
+        warnings.filterwarnings("ignore", "coverage cannot be guaranteed", RuntimeWarning)
+        return selective_intervals(
+            arrays["score"], arrays["confidence"], arrays["correct"], betas,
+            n_resamples=resamples, level=level, seed=seed, delta=delta, selects=selects,
+            extra={k: EXTRA_SELECTIVE[k] for k in BOOTSTRAPPED_EXTRA}, ranking=RANKING,
+        )
