@@ -29,11 +29,9 @@ from selbench.bootstrap import selective_intervals
 from selbench.data import ModelOutputs
 from selbench.metrics import (
     METRICS,
-    accepted_counts,
     augrc,
     aurc,
     eaurc,
-    selection_order,
     selective_metrics,
     smece,
 )
@@ -125,8 +123,8 @@ def measure(arrays: dict[str, np.ndarray], betas: list[float], *, delta: float |
             seed: int, selects: bool = True) -> dict[str, np.ndarray]:
     """Every metric of the registry at each β, ties broken by ``seed``.
 
-    The selective metrics are those of :func:`selective_metrics` plus :data:`EXTRA_SELECTIVE`
-    on the same accepted examples (the first ``k`` of :func:`selection_order`); the ranking
+    The selective metrics are those of :func:`selective_metrics`, with :data:`EXTRA_SELECTIVE`
+    computed there on the same accepted examples (in selection order); the ranking
     metrics (:data:`RANKING`) are computed once from all scores and repeated at every β. For
     a selector that does not select (``Selector.selects`` is False) every example is
     accepted at every β: the metrics of β = 1 are repeated, coverage (and, with ``delta``,
@@ -135,17 +133,10 @@ def measure(arrays: dict[str, np.ndarray], betas: list[float], *, delta: float |
     m = len(betas)
     scores, conf, correct = arrays["score"], arrays["confidence"], arrays["correct"]
     if selects:
-        out = selective_metrics(scores, conf, correct, betas, delta=delta, seed=seed)
-        order = selection_order(scores, seed=seed)
-        with warnings.catch_warnings():  # selective_metrics has warned of an infeasible β
-            warnings.simplefilter("ignore", RuntimeWarning)
-            k, _ = accepted_counts(len(scores), betas, delta=delta)
-        for key, fn in EXTRA_SELECTIVE.items():
-            out[key] = np.array([fn(conf[order[:kj]], correct[order[:kj]]) for kj in k])
+        out = selective_metrics(scores, conf, correct, betas, delta=delta, seed=seed,
+                                extra=EXTRA_SELECTIVE)
     else:
-        full = selective_metrics(scores, conf, correct, [1.0], seed=seed)
-        for key, fn in EXTRA_SELECTIVE.items():
-            full[key] = np.array([fn(conf, correct)])
+        full = selective_metrics(scores, conf, correct, [1.0], seed=seed, extra=EXTRA_SELECTIVE)
         out = {k: np.repeat(v, m) for k, v in full.items()}
         if delta is not None:
             out["guaranteed_coverage"] = np.ones(m)

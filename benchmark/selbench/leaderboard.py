@@ -320,7 +320,7 @@ def method_intervals(results: ResultSet, experiment: str, method: str
             continue
         per = out.setdefault(int(rec["seed"]), {})
         for key, iv in (rec.get("intervals") or {}).items():
-            if "auc" in iv or isinstance(iv.get("low"), list):
+            if metric_info(key).kind == "selective":
                 for b_i, b in enumerate(rec["betas"]):
                     per.setdefault(float(b), {})[key] = [iv["low"][b_i], iv["high"][b_i]]
                 if iv.get("auc") is not None:

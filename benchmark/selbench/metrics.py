@@ -60,7 +60,7 @@ import difflib
 import math
 import types
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -717,6 +717,7 @@ def selective_metrics(
     n_bins: int = 15,
     delta: float | None = None,
     seed: int = 0,
+    extra: Mapping[str, Callable[[np.ndarray, np.ndarray], float]] | None = None,
 ) -> dict[str, np.ndarray]:
     """Every metric on the accepted examples, for each coverage level ``beta``.
 
@@ -742,7 +743,9 @@ def selective_metrics(
         float64 arrays over ``betas`` under the keys ``ece1``, ``ece2``, ``brier``,
         ``accuracy``, ``coverage`` (achieved: exactly ``k / N``), ``threshold`` (``tau``, the
         lowest accepted score, see :func:`thresholds`) and, when ``delta`` is given,
-        ``guaranteed_coverage`` (``k / N - eps``).
+        ``guaranteed_coverage`` (``k / N - eps``), and one array per key of ``extra``:
+        ``extra[key](confidence, correct)`` of the accepted examples, in selection order
+        (how the runner adds the smooth ECE).
     """
     n_bins = _check_n_bins(n_bins)
     conf = _check_confidence(confidence)
@@ -770,6 +773,10 @@ def selective_metrics(
         out["brier"][j] = _brier(conf[accept], corr[accept])
         out["accuracy"][j] = _accuracy(corr[accept])
         out["coverage"][j] = kj / n
+        if extra:
+            first = order[:kj]
+            for key, fn in extra.items():
+                out.setdefault(key, np.empty(b.shape[0]))[j] = fn(conf[first], corr[first])
     out["threshold"] = sc[order[k - 1]]
     if guaranteed is not None:
         out["guaranteed_coverage"] = guaranteed
