@@ -110,14 +110,14 @@ def ref_lookup_bins(edges, values):
 
 
 def ref_bin_means(edges, values, targets):
+    """Per bin, one at a time: the mean of its targets, or its midpoint when empty."""
     idx = ref_lookup_bins(edges, values)
-    nb = len(edges)
-    counts = np.bincount(idx, minlength=nb).astype(np.float64)
-    sums = np.bincount(idx, weights=np.asarray(targets, dtype=np.float64), minlength=nb)
-    lower = np.concatenate([[0.0], edges[:-1]])
-    mid = (lower + edges) / 2.0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        means = np.where(counts > 0, sums / np.maximum(counts, 1.0), mid)
+    targets = np.asarray(targets, dtype=np.float64)
+    means = np.empty(len(edges))
+    for b in range(len(edges)):
+        inside = targets[idx == b]
+        lower = edges[b - 1] if b else 0.0
+        means[b] = inside.sum() / inside.size if inside.size else (lower + edges[b]) / 2.0
     return means
 
 
