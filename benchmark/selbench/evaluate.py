@@ -124,7 +124,7 @@ def measure(arrays: dict[str, np.ndarray], betas: list[float], *, delta: float |
     """Every metric of the registry at each β, ties broken by ``seed``.
 
     The selective metrics are those of :func:`selective_metrics`, with :data:`EXTRA_SELECTIVE`
-    computed there on the same accepted examples (in selection order); the ranking
+    computed there on the same accepted examples (in confidence order); the ranking
     metrics (:data:`RANKING`) are computed once from all scores and repeated at every β. For
     a selector that does not select (``Selector.selects`` is False) every example is
     accepted at every β: the metrics of β = 1 are repeated, coverage (and, with ``delta``,

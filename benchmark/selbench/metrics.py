@@ -744,8 +744,9 @@ def selective_metrics(
         ``accuracy``, ``coverage`` (achieved: exactly ``k / N``), ``threshold`` (``tau``, the
         lowest accepted score, see :func:`thresholds`) and, when ``delta`` is given,
         ``guaranteed_coverage`` (``k / N - eps``), and one array per key of ``extra``:
-        ``extra[key](confidence, correct)`` of the accepted examples, in selection order
-        (how the runner adds the smooth ECE).
+        ``extra[key](confidence, correct)`` of the accepted examples in ascending confidence
+        order (a canonical order: the value does not depend on the tie-break seed even in its
+        last bit; how the runner adds the smooth ECE).
     """
     n_bins = _check_n_bins(n_bins)
     conf = _check_confidence(confidence)
@@ -774,9 +775,9 @@ def selective_metrics(
         out["accuracy"][j] = _accuracy(corr[accept])
         out["coverage"][j] = kj / n
         if extra:
-            first = order[:kj]
+            c_acc, y_acc = conf_sorted[accept_sorted], corr_sorted[accept_sorted]
             for key, fn in extra.items():
-                out.setdefault(key, np.empty(b.shape[0]))[j] = fn(conf[first], corr[first])
+                out.setdefault(key, np.empty(b.shape[0]))[j] = fn(c_acc, y_acc)
     out["threshold"] = sc[order[k - 1]]
     if guaranteed is not None:
         out["guaranteed_coverage"] = guaranteed
