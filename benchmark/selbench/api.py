@@ -283,6 +283,13 @@ class Plugin:
         doc = (getattr(self.factory, "__doc__", None) or "").strip()
         return doc.splitlines()[0] if doc else ""
 
+    def reference(self) -> str:
+        """The method's canonical citation, shown by ``selbench plugins``: the factory's
+        ``reference`` class attribute (a string, e.g. ``"Guo et al., ICML 2017"``), else
+        ``""``."""
+        ref = getattr(self.factory, "reference", "")
+        return ref if isinstance(ref, str) else ""
+
 
 # --------------------------------------------------------------------------- context
 @dataclass

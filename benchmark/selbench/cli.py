@@ -22,7 +22,9 @@ def _err(msg: str) -> None:
 def cmd_validate(args: argparse.Namespace) -> int:
     from selbench.spec import load_spec
 
-    resolved = load_spec(args.spec, overrides=args.set or [])
+    resolved = load_spec(args.spec, overrides=args.set or [], optional=not args.no_optional)
+    for name, why in resolved.skipped:
+        print(f"selbench: experiment {name!r} {why}", file=sys.stderr)
     n_cells = 0
     for exp in resolved.spec.experiments:
         per = len(exp.betas) if exp.train_beta == "per_beta" else 1
@@ -47,6 +49,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         plots=not args.no_plots,
         force=args.force or bool(args.only),
         only=args.only or [],
+        optional=not args.no_optional,
     )
     md = report.out_dir / "leaderboard.md"
     if not args.quiet:
@@ -108,6 +111,9 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         for entry in entries:
             plugin = entry.plugin
             print(f"  {plugin.name:<20} {plugin.describe()}  [{entry.provider}]")
+            ref = plugin.reference()
+            if ref:
+                print(f"      reference: {ref}")
             inputs = declared_inputs(plugin.params)
             for fname, finfo in plugin.params.model_fields.items():
                 default = "required" if finfo.is_required() else f"default {finfo.get_default(call_default_factory=True)!r}"
@@ -169,11 +175,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="recompute every cell (with --only: every cell of those methods)")
     p.add_argument("--only", nargs="+", metavar="LABEL",
                    help="with or without --force: recompute the cells of these method labels")
+    p.add_argument("--no-optional", action="store_true",
+                   help="leave out the experiments marked `optional: true` (by default they "
+                        "run when their input files are present, else are skipped with a line)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("validate", help="check a spec (structure, plugins, parameters) without running")
     p.add_argument("spec", type=Path)
     p.add_argument("--set", action="append", metavar="KEY=VALUE")
+    p.add_argument("--no-optional", action="store_true",
+                   help="leave out the experiments marked `optional: true` (by default they "
+                        "run when their input files are present, else are skipped with a line)")
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("plugins", help="list plugins with their summaries and parameters")

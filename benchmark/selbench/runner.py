@@ -96,6 +96,8 @@ class RunReport:
     files: list[Path] = field(default_factory=list)
     #: why finished cells were recomputed: reason -> number of cells
     reasons: dict[str, int] = field(default_factory=dict)
+    #: (experiment name, why) of the optional experiments left out of this run
+    skipped: list[tuple[str, str]] = field(default_factory=list)
 
     def cells(self) -> list[CellRecord]:
         """The verified cell records of this run, in the spec's order."""
@@ -863,6 +865,7 @@ def run(
     plots: bool = True,
     force: bool = False,
     only: list[str] | tuple[str, ...] = (),
+    optional: bool = True,
 ) -> RunReport:
     """Run every cell of ``spec`` not already finished in ``out_dir``; write the leaderboard.
 
@@ -881,12 +884,18 @@ def run(
         plots: also draw the figures into ``out_dir/plots/`` (see :mod:`selbench.plots`).
         force: recompute every cell (or, with ``only``, every cell of those methods).
         only: method labels whose cells ``force`` recomputes.
+        optional: run the experiments marked ``optional: true`` whose inputs are present
+            (False: leave every optional experiment out); each one left out is printed and
+            listed in :attr:`RunReport.skipped`.
     """
     from tqdm.auto import tqdm
 
     from selbench.leaderboard import write_leaderboard
 
-    resolved = spec if isinstance(spec, ResolvedSpec) else load_spec(spec, overrides=overrides)
+    resolved = spec if isinstance(spec, ResolvedSpec) else load_spec(
+        spec, overrides=overrides, optional=optional)
+    for name, why in resolved.skipped:
+        print(f"selbench: experiment {name!r} {why}", file=sys.stderr)
     labels = {m.label for e in resolved.spec.experiments for m in e.methods}
     unknown = [lab for lab in only if lab not in labels]
     if unknown:
@@ -905,8 +914,10 @@ def run(
     cache = OutputCache(cache_dir)
     cache.prepare()
     with results.lock():
-        return _run_locked(resolved, results, cache, dev, progress, plots, force, set(only),
-                           tqdm, write_leaderboard)
+        report = _run_locked(resolved, results, cache, dev, progress, plots, force, set(only),
+                             tqdm, write_leaderboard)
+    report.skipped = list(resolved.skipped)
+    return report
 
 
 def _run_locked(resolved, results, cache, dev, progress, plots, force, only, tqdm,

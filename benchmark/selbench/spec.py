@@ -223,6 +223,12 @@ class ExperimentSpec(_Model):
                     "spec's metrics, else the paper's set)",
     )
     bootstrap: BootstrapSpec = Field(default_factory=BootstrapSpec)
+    optional: bool = Field(
+        default=False,
+        description="skip this experiment (with one line saying why) when an input file or "
+                    "folder it declares is missing, instead of failing the run; "
+                    "`selbench run --no-optional` leaves every optional experiment out",
+    )
     methods: list[MethodSpec] = Field(min_length=1)
 
     @field_validator("betas")
@@ -334,6 +340,8 @@ class ResolvedSpec:
         )
         self._validated: dict[tuple[str, str, str], BaseModel] = dict(validated or {})
         self._resolved: dict[tuple[str, str, str], BaseModel] = {}
+        #: (experiment name, why) of the optional experiments :func:`load_spec` left out
+        self.skipped: list[tuple[str, str]] = []
 
     def validated(self, kind: str, comp: Component) -> BaseModel:
         """The component's params validated against its plugin's model (once; remembered)."""
@@ -692,8 +700,16 @@ def load_spec(
     *,
     overrides: list[str] | tuple[str, ...] = (),
     registry: Registry | None = None,
+    optional: bool = True,
 ) -> ResolvedSpec:
-    """Read, validate and resolve a spec (path or dict); raises :class:`SpecError`."""
+    """Read, validate and resolve a spec (path or dict); raises :class:`SpecError`.
+
+    An experiment marked ``optional: true`` is left out of the resolved spec (its canonical
+    form, hash and cells), and listed in :attr:`ResolvedSpec.skipped` with the reason, when
+    one of the input files or folders it declares is missing, or always with
+    ``optional=False``. Experiments keep their names; the indices in later messages
+    (``experiments[i]``) count the experiments that are kept.
+    """
     label = None if isinstance(source, dict) else str(source)
     raw = source if isinstance(source, dict) else read_yaml(source)
     problem = _shape_problem(raw)
@@ -743,19 +759,38 @@ def load_spec(
     if errors:
         raise SpecError(errors, label)
     resolved = ResolvedSpec(spec, registry, raw, label, validated=validated)
+    skipped: list[tuple[str, str]] = []
+    keep: list[int] = []
     for e_i, exp in enumerate(spec.experiments):
         base = f"experiments[{e_i}]"
+        if exp.optional and not optional:
+            skipped.append((exp.name, "optional, left out by --no-optional"))
+            continue
         comps = [("dataset", "dataset", exp.dataset), ("backbone", "backbone", exp.backbone)]
         for m_i, m in enumerate(exp.methods):
             comps += [(kind, f"methods[{m_i}].{field}", getattr(m, field))
                       for kind, field in _METHOD_FIELDS if getattr(m, field) is not None]
+        missing: list[str] = []
         for kind, where, comp in comps:
             for pname, (path, ispec) in resolved.inputs(kind, comp).items():
                 problem = check_exists(path, ispec)
                 if problem is not None and (ispec.must_exist or Path(path).exists()):
-                    errors.append(f"{base}.{where}.params.{pname}: {problem}")
+                    missing.append(f"{base}.{where}.params.{pname}: {problem}")
+        if missing and exp.optional:
+            skipped.append((exp.name, f"optional, skipped: {missing[0]}"))
+        else:
+            errors.extend(missing)
+            keep.append(e_i)
     if errors:
         raise SpecError(sorted(set(errors), key=errors.index), label)
+    if not keep:
+        raise SpecError(["experiments: every experiment is optional and skipped ("
+                         + "; ".join(f"{name}: {why}" for name, why in skipped) + ")"], label)
+    if skipped:  # the spec without them: its canonical form, hash and cells leave them out
+        spec = spec.model_copy(update={"experiments": [spec.experiments[i] for i in keep]})
+        raw = {**raw, "experiments": [raw["experiments"][i] for i in keep]}
+        resolved = ResolvedSpec(spec, registry, raw, label, validated=validated)
+    resolved.skipped = skipped
     return resolved
 
 

@@ -10,7 +10,7 @@ drops that denominator in training because the coverage loss already keeps ĝ aw
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -57,6 +57,9 @@ class STLBCE(_Base):
     of exactly 0 or 1 give finite values and gradients.
     """
 
+    #: the method's canonical citation (shown by ``selbench plugins``)
+    reference: ClassVar[str] = "Zollo et al., Improving Predictor Reliability with Selective Recalibration, TMLR 2024"
+
     def __call__(self, g, confidence, correct, label_log_prob=None):
         _check(g, confidence, correct)
         bce = torch.nn.functional.binary_cross_entropy(
@@ -72,6 +75,9 @@ class SMCE(_Base):
     the scheme takes it from h's log-probability vector), clamped at -100. For K = 2 it
     equals S-TLBCE.
     """
+
+    #: the method's canonical citation (shown by ``selbench plugins``)
+    reference: ClassVar[str] = "Zollo et al., Improving Predictor Reliability with Selective Recalibration, TMLR 2024"
 
     needs_log_probs = True
 
@@ -98,6 +104,9 @@ class SMMCE(_Base):
     a fixed batch size differs by a constant factor). The inner sum is clamped at 1e-12
     before the 1/q power, so the gradient stays finite when every term vanishes.
     """
+
+    #: the method's canonical citation (shown by ``selbench plugins``)
+    reference: ClassVar[str] = "Fisch, Jaakkola & Barzilay, Calibrated Selective Classification, TMLR 2022"
 
     def __init__(
         self,

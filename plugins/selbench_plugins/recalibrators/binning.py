@@ -3,7 +3,7 @@ recalibrators whose output takes at most ``n_bins`` values."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 import numpy as np
 import torch
@@ -64,6 +64,9 @@ class HistogramBinning(Recalibrator):
     boundaries, the last is 1.0) and ``values_`` (the output of each bin).
     """
 
+    #: the method's canonical citation (shown by ``selbench plugins``)
+    reference: ClassVar[str] = "Zadrozny & Elkan, Obtaining Calibrated Probability Estimates from Decision Trees and Naive Bayesian Classifiers, ICML 2001"
+
     usable_unfitted = False
 
     def __init__(self, n_bins: NBins = 15) -> None:
@@ -110,6 +113,9 @@ class PlattBinning(Recalibrator):
     change) and :meth:`confidence` ``max(q, 1-q)``. Learned state: ``platt_`` (the fitted
     :class:`PlattScaling`), ``edges_``, ``values_``.
     """
+
+    #: the method's canonical citation (shown by ``selbench plugins``)
+    reference: ClassVar[str] = "Kumar, Liang & Ma, Verified Uncertainty Calibration, NeurIPS 2019"
 
     usable_unfitted = False
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 import numpy as np
 import torch
@@ -75,6 +75,9 @@ class MLPRecalibrator(DifferentiableRecalibrator):
     batches shuffled and weights initialised from ``context.seed``, on ``context.device``;
     the module is returned to the CPU afterwards. Learned state: ``module_``.
     """
+
+    #: the method's canonical citation (shown by ``selbench plugins``)
+    reference: ClassVar[str] = "Zollo et al., Improving Predictor Reliability with Selective Recalibration, TMLR 2024"
 
     provides_log_probs = False  # its module returns (confidence, None)
     usable_unfitted = False

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -393,6 +393,9 @@ class PlattScaling(DifferentiableRecalibrator):
     ``bias_`` are read live from the (float32) module, which a joint scheme trains in
     place. See :class:`PlattModule` for the log-probability vector.
     """
+
+    #: the method's canonical citation (shown by ``selbench plugins``)
+    reference: ClassVar[str] = "Platt, Probabilistic Outputs for Support Vector Machines, 1999"
 
     provides_log_probs = True
     usable_unfitted = False

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 import numpy as np
 import torch
@@ -251,6 +251,9 @@ class TemperatureScaling(DifferentiableRecalibrator):
     steps. The fitted value is kept in ``T_fit_``; the live value ``T_`` is read from the
     module, which joint training updates in place. The prediction never changes.
     """
+
+    #: the method's canonical citation (shown by ``selbench plugins``)
+    reference: ClassVar[str] = "Guo et al., On Calibration of Modern Neural Networks, ICML 2017"
 
     provides_log_probs = True
     usable_unfitted = False

@@ -3,7 +3,7 @@ and ``none`` (accept everything)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
@@ -21,6 +21,9 @@ class ConfidenceSelector(Selector):
     Ranks examples by ĥ(f(x)) (or f̂(x) with recalibrator ``none``), rejecting the least
     confident first — the paper's "Confidence" baseline. Nothing to fit.
     """
+
+    #: the method's canonical citation (shown by ``selbench plugins``)
+    reference: ClassVar[str] = "Geifman & El-Yaniv, Selective Classification for Deep Neural Networks, NeurIPS 2017"
 
     def fit(self, outputs: ModelOutputs, confidence: np.ndarray, context: FitContext):
         check_outputs(outputs, "selector 'confidence'", min_rows=1)
@@ -58,6 +61,9 @@ class IsolationForestSelector(Selector):
     ``contamination`` does not affect ``score_samples`` and is not exposed. Learned state:
     ``forest_``.
     """
+
+    #: the method's canonical citation (shown by ``selbench plugins``)
+    reference: ClassVar[str] = "Liu, Ting & Zhou, Isolation Forest, ICDM 2008"
 
     def __init__(
         self,
@@ -104,6 +110,9 @@ class OneClassSVMSelector(Selector):
     fitting features, as in scikit-learn. Deterministic. Learned state: ``scaler_`` (or
     None), ``svm_``, ``gamma_`` (the kernel coefficient used).
     """
+
+    #: the method's canonical citation (shown by ``selbench plugins``)
+    reference: ClassVar[str] = "Schölkopf et al., Estimating the Support of a High-Dimensional Distribution, Neural Computation 2001"
 
     #: Rows scored per matrix product (bounds the kernel block to rows x support vectors).
     _block_rows = 4096

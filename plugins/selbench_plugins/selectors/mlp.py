@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -72,6 +72,9 @@ class MLPSelector(TrainableSelector):
     ``module_``). Its network class is hand-stacked for the training engine
     (:meth:`MLPSelectorNet.stacked`).
     """
+
+    #: the method's canonical citation (shown by ``selbench plugins``)
+    reference: ClassVar[str] = "Zollo et al., Improving Predictor Reliability with Selective Recalibration, TMLR 2024"
 
     def __init__(
         self,
