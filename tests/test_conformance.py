@@ -40,6 +40,7 @@ def _precomputed_file() -> str:
 PARAMS: dict[tuple[str, str], dict] = {
     ("recalibrator", "mlp"): {"hidden": [16], "epochs": 20},
     ("selector", "mlp"): {"hidden": [16]},
+    ("selector", "meta-features"): {"hidden": [16]},
     **{("scheme", name): TRAINING for name in ("selection", "sequential", "joint")},
     ("backbone", "digits-net"): {"epochs": 1, "width": 2, "feature_dim": 8},
     ("dataset", "precomputed"): {"path": _precomputed_file()},

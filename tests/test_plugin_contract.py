@@ -386,10 +386,11 @@ def test_capabilities_follow_the_types():
         f = reg.get("recalibrator", name).plugin.factory
         assert f.differentiable == issubclass(f, DifferentiableRecalibrator)
     assert {n for n in reg.names("selector")
-            if issubclass(reg.get("selector", n).plugin.factory, TrainableSelector)} == {"mlp"}
+            if issubclass(reg.get("selector", n).plugin.factory, TrainableSelector)} == {"mlp", "meta-features"}
     assert {n for n in reg.names("recalibrator")
             if issubclass(reg.get("recalibrator", n).plugin.factory,
-                          DifferentiableRecalibrator)} == {"none", "temperature", "platt", "mlp"}
+                          DifferentiableRecalibrator)} == {
+        "none", "temperature", "platt", "mlp", "beta", "ensemble-temperature"}
 
 
 def test_a_capability_that_contradicts_the_type_is_refused():

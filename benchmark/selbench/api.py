@@ -42,8 +42,8 @@ signature (the style of selbench 0.1).
 :class:`Dataset`              labelled examples by split
 :class:`Backbone`             a split -> :class:`~selbench.data.ModelOutputs`
 :class:`Selector`             g: scores, higher = accepted first
-:class:`TrainableSelector`    a selector a scheme trains through a loss (``inputs``,
-                              ``init_module``, ``module_``)
+:class:`TrainableSelector`    a selector a scheme trains through a loss (``fit_inputs``,
+                              ``inputs``, ``init_module``, ``module_``)
 :class:`Recalibrator`         h: recalibrated top-label confidence (``fit_many`` for many replicas)
 :class:`DifferentiableRecalibrator`  h with a live torch module a scheme can train with g
 :class:`SelectionLoss`        l(ĝ, h) over a batch (named by a method's ``loss``)
@@ -653,6 +653,9 @@ class TrainableSelector(Selector):
 
     The protocol:
 
+    * :meth:`fit_inputs` (optional; does nothing by default) fits what :meth:`inputs` needs
+      (a standardisation, OOD detectors) on the fitting data; a scheme calls it once per
+      replica, before :meth:`inputs` on the fitting data;
     * :meth:`inputs` returns the float32 input matrix ``[N, d_in]`` g reads;
     * :meth:`init_module` creates ``self.module_`` (weights seeded by ``context.seed``
       only), a ``torch.nn.Module`` mapping ``[B, d_in] -> ĝ [B]`` in (0, 1), and returns
@@ -670,9 +673,19 @@ class TrainableSelector(Selector):
     #: the trained network (set by :meth:`init_module`, trained by the scheme)
     module_: Any
 
+    def fit_inputs(self, outputs: ModelOutputs, context: FitContext) -> None:
+        """Fit whatever :meth:`inputs` needs (a standardisation, OOD detectors ...) on the
+        fitting data ``outputs``; by default nothing.
+
+        Schemes call it once per replica, before :meth:`inputs` on the fitting data (and
+        :meth:`init_module`). It must be deterministic given ``context.seed`` and leave
+        ``outputs`` unchanged.
+        """
+
     @abc.abstractmethod
     def inputs(self, outputs: ModelOutputs) -> np.ndarray:
-        """The selector's input matrix, float32 ``[N, d_in]`` (a new array)."""
+        """The selector's input matrix, float32 ``[N, d_in]`` (a new array); after
+        :meth:`fit_inputs` when the selector defines one."""
 
     @abc.abstractmethod
     def init_module(self, outputs: ModelOutputs, context: FitContext) -> torch.nn.Module:

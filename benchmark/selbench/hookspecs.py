@@ -63,11 +63,11 @@ types are those of :mod:`selbench.api`; ``FitContext`` carries the seed, device 
    recalibrator in place. The built-in schemes call ``Recalibrator.fit_many`` /
    ``recalibrator.fit(outputs, context)``, then either ``selector.fit(outputs,
    recalibrator.confidence(outputs), context)`` (``recalibration``) or train a
-   :class:`~selbench.api.TrainableSelector` (``inputs``, ``init_module``) — and, ``joint``,
-   a :class:`~selbench.api.DifferentiableRecalibrator`'s ``module`` — on ``loss(ĝ, ĥ,
-   correct, ...) + coverage(ĝ, β)`` (``sequential``, ``selection``, ``joint``), all jobs
-   of a method as one model with the training engine (:mod:`selbench.engine`: any module,
-   ``[R, B]`` losses).
+   :class:`~selbench.api.TrainableSelector` (``fit_inputs``, ``inputs``, ``init_module``)
+   — and, ``joint``, a :class:`~selbench.api.DifferentiableRecalibrator`'s ``module`` —
+   on ``loss(ĝ, ĥ, correct, ...) + coverage(ĝ, β)`` (``sequential``, ``selection``,
+   ``joint``), all jobs of a method as one model with the training engine
+   (:mod:`selbench.engine`: any module, ``[R, B]`` losses).
 4. *Score* the cell's evaluation rows (the evaluation split, less the fitting rows when both
    splits are the same, optionally a fixed ``n_eval`` subsample):
    ``confidence = recalibrator.confidence(eval)`` (float64 ``[N]`` in [0, 1]),

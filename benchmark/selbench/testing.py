@@ -984,10 +984,11 @@ def check_pickle(s: _Subject) -> None:
 # ---------------------------------------------------------------------------- trainable parts
 @_check("selector", applies=_trainable)
 def check_trainable_protocol(s: _Subject) -> None:
-    """A trainable selector implements ``inputs(outputs)`` (float32 ``[N, d_in]``) and
-    ``init_module(outputs, context)``, which stores in ``module_`` and returns a
-    ``torch.nn.Module`` whose initial weights depend on ``context.seed`` only and which maps
-    ``[B, d_in]`` to ĝ ``[B]`` in [0, 1]."""
+    """A trainable selector implements ``inputs(outputs)`` (float32 ``[N, d_in]``, read
+    after the optional ``fit_inputs(outputs, context)``) and ``init_module(outputs,
+    context)``, which stores in ``module_`` and returns a ``torch.nn.Module`` whose
+    initial weights depend on ``context.seed`` only and which maps ``[B, d_in]`` to ĝ
+    ``[B]`` in [0, 1]."""
     import torch
 
     sel, fit = s.make(), _fit_data()
@@ -996,6 +997,7 @@ def check_trainable_protocol(s: _Subject) -> None:
             raise _Broken(f"is a TrainableSelector but has no {method}() method; a "
                           "trainable selector implements inputs(outputs) and "
                           "init_module(outputs, context)")
+    _call("fit_inputs(outputs, context)", sel.fit_inputs, fit, _ctx())  # as a scheme does
     x = _call("inputs(outputs)", sel.inputs, fit)
     if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 2 \
             or x.shape[0] != len(fit):

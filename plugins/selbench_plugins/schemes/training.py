@@ -168,6 +168,7 @@ def _prepare(name: str, job: FitJob, train_h: bool) -> _Replica:
     """One replica's modules and data, with the checks of the arguments."""
     outputs, loss = job.outputs, job.loss
     need_lp = bool(loss.needs_log_probs)
+    job.selector.fit_inputs(outputs, job.context)  # what inputs() needs, fitted per replica
     arrays = {"x": np.asarray(job.selector.inputs(outputs), dtype=np.float32)}
     g_module = job.selector.init_module(outputs, job.context)
     h_module = None
