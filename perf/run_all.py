@@ -4,6 +4,7 @@
     python perf/run_all.py --full     # the paper's sizes (about an hour on 2 CPU cores)
     python perf/run_all.py --device cuda
     python perf/run_all.py --only training ece
+    python perf/run_all.py --only scale      # inline vs local --workers 2
 
 Each benchmark measures selbench and its baseline side by side in the same run. Missed
 targets are reported, not failed: the exit status is non-zero only when a benchmark errors.
@@ -19,11 +20,12 @@ import traceback
 import bench_ece
 import bench_paper
 import bench_peers
+import bench_scale
 import bench_temperature
 import bench_training
 
 BENCHMARKS = {"training": bench_training, "ece": bench_ece, "temperature": bench_temperature,
-              "paper": bench_paper, "peers": bench_peers}
+              "paper": bench_paper, "scale": bench_scale, "peers": bench_peers}
 #: benchmarks without --full / --device options (CPU-only, fixed sizes)
 FIXED = ("ece", "temperature", "peers")
 

@@ -50,6 +50,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         force=args.force or bool(args.only),
         only=args.only or [],
         optional=not args.no_optional,
+        executor=args.executor,
+        workers=args.workers,
+        retries=args.retries,
     )
     md = report.out_dir / "leaderboard.md"
     if not args.quiet:
@@ -178,6 +181,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-optional", action="store_true",
                    help="leave out the experiments marked `optional: true` (by default they "
                         "run when their input files are present, else are skipped with a line)")
+    p.add_argument("--executor", default=None, metavar="NAME",
+                   help="where the cells are computed: inline (default: in this process), "
+                        "local (a process pool, --workers N) or submitit (Slurm through "
+                        "submitit; pip install 'selbench[cluster]'); default the spec's "
+                        "`executor:` block. Every executor gives the same leaderboard")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="worker processes of --executor local (default: one per visible GPU "
+                        "when there are several, else one per CPU core)")
+    p.add_argument("--retries", type=int, default=None, metavar="N",
+                   help="resubmit a failed job up to N times (local and submitit executors)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("validate", help="check a spec (structure, plugins, parameters) without running")
@@ -213,13 +226,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _bad_input_types() -> tuple[type[BaseException], ...]:
+    from selbench.executors import ExecutorError
     from selbench.inputs import InputError
     from selbench.plugins import PluginError
     from selbench.results import ResultsError
     from selbench.spec import SpecError
     from selbench.store import CacheError
 
-    return (SpecError, PluginError, ResultsError, CacheError, InputError)
+    return (SpecError, PluginError, ResultsError, CacheError, InputError, ExecutorError)
 
 
 def _failed_run_types() -> tuple[type[BaseException], ...]:

@@ -9,6 +9,8 @@ directory through :class:`ResultsDir`::
     OUT/cells/<experiment>/<method>/seed<s>[-beta<b>].npz    its per-example arrays (first seed)
     OUT/leaderboard.{md,csv,json}, OUT/plots/<experiment>/...
     OUT/.selbench.lock                held by the one run writing to OUT
+    OUT/.selbench.locks/<experiment>/<method>.lock   held by the job writing that method's cells
+    OUT/logs/                         job logs of distributed runs (selbench.executors)
 
 Every record is a typed pydantic model with a ``schema_version`` and a ``checksum``: the
 SHA-256 of its own canonical JSON (without the checksum). A cell record also holds the
@@ -77,6 +79,34 @@ def safe_name(name: Any, what: str) -> str:
         raise ResultsError(f"{what} {name!r} is not a valid name (letters, digits, '.', '_', "
                            "'-'; at most 200 bytes; not starting with '.')")
     return name
+
+
+@contextmanager
+def _flock(path: Path, held_message, holder: str | None = None) -> Iterator[None]:
+    """Hold an exclusive advisory lock on ``path`` (created if absent), writing ``holder``
+    (default this process's id) into it; :class:`ResultsError` with
+    ``held_message(what the holder wrote)`` when another process holds it."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: no advisory locks, no check
+        yield
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            current = os.pread(fd, 128, 0).decode(errors="replace").strip() or "?"
+            raise ResultsError(held_message(current)) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{holder or os.getpid()}\n".encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def _canonical(obj: Any) -> bytes:
@@ -171,6 +201,8 @@ class ResultsDir:
     """A results directory (see the module docstring for its layout)."""
 
     LOCK = ".selbench.lock"
+    #: one lock file per experiment × method, held by the job writing its cells
+    METHOD_LOCKS = ".selbench.locks"
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
@@ -214,31 +246,32 @@ class ResultsDir:
     @contextmanager
     def lock(self) -> Iterator[None]:
         """Hold the directory's write lock; another process holding it is an error."""
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - Windows: no advisory locks, no check
+        with _flock(self.root / self.LOCK, lambda holder: (
+            f"another selbench run (pid {holder}) is writing to {self.root}; wait for it "
+            "to finish, or use another --out")):
             yield
-            return
-        path = self.root / self.LOCK
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-                raise ResultsError(
-                    f"another selbench run (pid {holder}) is writing to {self.root}; wait for it "
-                    "to finish, or use another --out"
-                ) from None
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-            try:
-                yield
-            finally:
-                os.ftruncate(fd, 0)
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
+
+    def method_lock_path(self, experiment: str, method: str) -> Path:
+        return (self.root / self.METHOD_LOCKS / safe_name(experiment, "experiment name")
+                / f"{slug(method)}.lock")
+
+    @contextmanager
+    def method_lock(self, experiment: str, method: str) -> Iterator[None]:
+        """Own the cells of one method on one experiment while writing them: the ownership
+        rule of distributed runs (``selbench run --executor local|submitit``), where each
+        job writes the cells of one method and no two jobs may write the same cell. Another
+        process holding it (a job still running, e.g. one resubmitted while its first
+        attempt lingers) is a :class:`ResultsError` naming the method; the lock goes with
+        the process that holds it, so a killed job never leaves it held."""
+        import socket
+
+        path = self.method_lock_path(experiment, method)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _flock(path, lambda holder: (
+            f"the cells of method {method!r} on experiment {experiment!r} are being written "
+            f"by another process (host:pid {holder}); two jobs never write the same cell"),
+                    holder=f"{socket.gethostname()}:{os.getpid()}"):
+            yield
 
     # ------------------------------------------------------------------ run record
     def read_run(self) -> RunRecord:

@@ -13,6 +13,12 @@ The unfinished cells of a method — its seeds × training β — are always fit
 with :mod:`selbench.engine`; a scheme that does not override it fits them one by one), then
 evaluated and written one by one as above.
 
+Where the cells are computed is the executor's choice (:mod:`selbench.executors`): in this
+process (``inline``, the default), or as jobs — one per method with unfinished cells, after
+one job per experiment whose backbone outputs are missing from the cache — on a local
+process pool or on Slurm through submitit (:func:`run_unit` is what a job runs). Every
+executor writes the same cells, so the leaderboard is the same byte for byte.
+
 Each cell is a :class:`~selbench.estimator.SelectiveRecalibrator` whose parameters are the
 method's YAML fields (``scheme``, ``selector``, ``recalibrator``, ``loss``, ``coverage``, with
 their validated params) and the cell's training β, seed and device: the estimator builds the
@@ -866,6 +872,9 @@ def run(
     force: bool = False,
     only: list[str] | tuple[str, ...] = (),
     optional: bool = True,
+    executor: str | None = None,
+    workers: int | None = None,
+    retries: int | None = None,
 ) -> RunReport:
     """Run every cell of ``spec`` not already finished in ``out_dir``; write the leaderboard.
 
@@ -887,6 +896,11 @@ def run(
         optional: run the experiments marked ``optional: true`` whose inputs are present
             (False: leave every optional experiment out); each one left out is printed and
             listed in :attr:`RunReport.skipped`.
+        executor: ``inline`` / ``local`` / ``submitit`` (see :mod:`selbench.executors`);
+            default the spec's ``executor:`` block, else inline. Every executor gives the
+            same cells and leaderboard.
+        workers: worker processes of the ``local`` executor.
+        retries: resubmit a failed job up to this many times (distributed executors).
     """
     from tqdm.auto import tqdm
 
@@ -902,6 +916,11 @@ def run(
         raise SpecError([f"--only: no method labelled {lab!r}; the spec has "
                          f"{', '.join(repr(x) for x in sorted(labels))}" for lab in unknown],
                         resolved.source)
+    from selbench.executors import choose_options, require_submitit
+
+    options = choose_options(resolved.spec.executor, executor, workers, retries)
+    if options.name == "submitit":
+        require_submitit()  # one clear line before anything is written
     dev = resolve_device(device or resolved.spec.device)
     results = ResultsDir(out_dir if out_dir is not None else Path("results") / resolved.spec.name)
     results.prepare()
@@ -915,13 +934,13 @@ def run(
     cache.prepare()
     with results.lock():
         report = _run_locked(resolved, results, cache, dev, progress, plots, force, set(only),
-                             tqdm, write_leaderboard)
+                             tqdm, write_leaderboard, options, device or resolved.spec.device)
     report.skipped = list(resolved.skipped)
     return report
 
 
 def _run_locked(resolved, results, cache, dev, progress, plots, force, only, tqdm,
-                write_leaderboard) -> RunReport:
+                write_leaderboard, options=None, requested_device="auto") -> RunReport:
     ident = identify(resolved, cache)
     cells = plan_cells(resolved, results, ident)
     canonical = resolved.canonical()
@@ -957,6 +976,23 @@ def _run_locked(resolved, results, cache, dev, progress, plots, force, only, tqd
     report.reused = len(cells) - len(todo)
     for reason, n in report.reasons.items():
         print(f"{n} cell(s) recomputed: {reason}", file=sys.stderr)
+    if options is not None and options.name != "inline":
+        _run_distributed(resolved, results, cache, ident, cells, todo, force, only, dev,
+                         requested_device, options, progress, report)
+    else:
+        _run_inline(resolved, results, cache, ident, todo, dev, progress, prov["spec_hash"],
+                    report, tqdm)
+    report.files = write_leaderboard(results.root)
+    if plots:
+        from selbench.plots import write_plots
+
+        report.files += write_plots(results.root)
+    return report
+
+
+def _run_inline(resolved, results, cache, ident, todo, dev, progress, spec_hash, report,
+                tqdm) -> None:
+    """Every unfinished cell in this process, one method (one ``fit_many``) at a time."""
     by_exp: dict[int, list[Cell]] = {}
     for c in todo:
         by_exp.setdefault(c.e_i, []).append(c)
@@ -964,31 +1000,227 @@ def _run_locked(resolved, results, cache, dev, progress, plots, force, only, tqd
     try:
         for e_i, exp_cells in by_exp.items():
             outputs = experiment_outputs(resolved, e_i, ident, cache, dev, progress)
-            exp = resolved.spec.experiments[e_i]
             for group in method_groups(exp_cells):
-                m = _Method(resolved, e_i, group[0].m_i, prov["spec_hash"])
-                fitted: dict[str, FittedCell] = {}
-                memo: dict = {}
-                scheme = m.build("scheme")
-                try:
-                    bar.set_postfix_str(f"{exp.name}: {m.method.label} "
-                                        f"({len(group)} replicas)")
-                    fitted = fit_group(resolved, group, outputs, dev, scheme, m)
-                    for cell in group:
-                        bar.set_postfix_str(f"{exp.name}: {m.method.label} seed {cell.seed}")
-                        record, arrays = run_cell(resolved, cell, outputs, dev, m,
-                                                  fitted[cell.key], memo)
-                        fitted.pop(cell.key, None)  # free the fitted modules as we go
-                        results.write_cell(cell.path, record, arrays)
-                        report.computed += 1
-                        bar.update(1)
-                except EvaluationError as exc:  # sizes that do not fit the data
-                    raise RunError(str(exc)) from None
+                def written(cell: Cell) -> None:
+                    report.computed += 1
+                    bar.update(1)
+
+                fit_cells(resolved, group, outputs, dev, results, spec_hash, written, bar)
     finally:
         bar.close()
-    report.files = write_leaderboard(results.root)
-    if plots:
-        from selbench.plots import write_plots
 
-        report.files += write_plots(results.root)
-    return report
+
+def fit_cells(resolved: ResolvedSpec, group: list[Cell], outputs: dict[str, ModelOutputs],
+              dev: str, results: ResultsDir, spec_hash: str, written=None, bar=None) -> None:
+    """Fit one method's cells with one ``fit_many`` call, then score, measure and write each
+    cell (atomically) as it is done; ``written(cell)`` is called after each write."""
+    exp = resolved.spec.experiments[group[0].e_i]
+    m = _Method(resolved, group[0].e_i, group[0].m_i, spec_hash)
+    memo: dict = {}
+    scheme = m.build("scheme")
+    try:
+        if bar is not None:
+            bar.set_postfix_str(f"{exp.name}: {m.method.label} ({len(group)} replicas)")
+        fitted = fit_group(resolved, group, outputs, dev, scheme, m)
+        for cell in group:
+            if bar is not None:
+                bar.set_postfix_str(f"{exp.name}: {m.method.label} seed {cell.seed}")
+            record, arrays = run_cell(resolved, cell, outputs, dev, m, fitted[cell.key], memo)
+            fitted.pop(cell.key, None)  # free the fitted modules as we go
+            results.write_cell(cell.path, record, arrays)
+            if written is not None:
+                written(cell)
+    except EvaluationError as exc:  # sizes that do not fit the data
+        raise RunError(str(exc)) from None
+
+
+# --------------------------------------------------------------------------- distributed
+@dataclass(frozen=True)
+class Unit:
+    """One job of a distributed run: the unfinished cells (``keys``) of one method on one
+    experiment, which its scheme fits together (``stage="fit"``), or the backbone outputs of
+    one experiment (``stage="extract"``, made before any method job is submitted)."""
+
+    stage: str
+    e_i: int
+    experiment: str
+    m_i: int | None = None
+    method: str | None = None
+    keys: tuple[str, ...] = ()
+    seeds: tuple[int, ...] = ()
+    #: recompute the cells even when finished (--force); else finished ones are skipped
+    force: bool = False
+
+    def describe(self) -> str:
+        if self.stage == "extract":
+            return f"experiment {self.experiment!r}: backbone outputs"
+        seeds = ", ".join(str(s) for s in dict.fromkeys(self.seeds))
+        return (f"experiment {self.experiment!r}, method {self.method!r} "
+                f"(experiments[{self.e_i}].methods[{self.m_i}]), seed(s) {seeds}")
+
+    def log_name(self) -> str:
+        what = "extract" if self.stage == "extract" else slug(self.method or "")
+        return f"{self.experiment}-{what}"
+
+
+@dataclass(frozen=True)
+class WorkContext:
+    """What a job needs to redo the parent's plan: the validated spec (plugins resolve from
+    the job's own registry), the directories and the requested device."""
+
+    spec: Any  # selbench.spec.Spec
+    raw: dict
+    source: str | None
+    base_dir: str
+    spec_hash: str
+    out_dir: str
+    cache_dir: str
+    device: str
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_state(ctx: WorkContext) -> dict[str, Any]:
+    """The resolved spec, identity and cell plan of ``ctx``, computed once per process."""
+    from selbench.plugins import get_registry
+
+    token = (ctx.spec_hash, ctx.out_dir, ctx.cache_dir, ctx.device)
+    if _WORKER.get("token") == token:
+        return _WORKER
+    resolved = ResolvedSpec(ctx.spec, get_registry(), ctx.raw, ctx.source, base_dir=ctx.base_dir)
+    if resolved.hash() != ctx.spec_hash:
+        raise RunError("this job resolves the spec differently from the run that submitted it "
+                       "(plugins or their versions differ on this machine?)")
+    cache = OutputCache(ctx.cache_dir)
+    results = ResultsDir(ctx.out_dir)
+    ident = identify(resolved, cache)
+    _WORKER.clear()
+    _WORKER.update(token=token, resolved=resolved, cache=cache, results=results, ident=ident,
+                   cells={c.key: c for c in plan_cells(resolved, results, ident)},
+                   device=resolve_device(ctx.device), outputs=None)
+    return _WORKER
+
+
+def run_unit(ctx: WorkContext, unit: Unit) -> dict[str, int]:
+    """Do one job (in a worker process or a cluster job): extract an experiment's outputs,
+    or fit, measure and write a method's cells, skipping those finished meanwhile (a job
+    resubmitted after preemption). Returns ``{"computed": n, "reused": k}``."""
+    state = _worker_state(ctx)
+    resolved, ident, cache, dev = state["resolved"], state["ident"], state["cache"], state["device"]
+
+    def outputs_of(e_i: int) -> dict[str, ModelOutputs]:
+        if state["outputs"] is None or state["outputs"][0] != e_i:
+            state["outputs"] = None  # free the previous experiment's outputs first
+            state["outputs"] = (e_i, experiment_outputs(resolved, e_i, ident, cache, dev, False))
+        return state["outputs"][1]
+
+    if unit.stage == "extract":
+        outputs_of(unit.e_i)
+        return {"computed": 0, "reused": 0}
+    cells = [state["cells"].get(k) for k in unit.keys]
+    if any(c is None for c in cells):
+        raise RunError(f"experiments[{unit.e_i}].methods[{unit.m_i}] ({unit.method!r}): the "
+                       "spec, an input file or plugin code changed after the run was "
+                       "submitted; rerun `selbench run`")
+    results: ResultsDir = state["results"]
+    with results.method_lock(unit.experiment, unit.method):
+        todo = [c for c in cells if unit.force or
+                results.check_cell(c.path, c.key, c.needs_arrays).record is None]
+        if todo:
+            fit_cells(resolved, todo, outputs_of(unit.e_i), dev, results, ctx.spec_hash)
+    return {"computed": len(todo), "reused": len(cells) - len(todo)}
+
+
+@dataclass
+class JobFailure:
+    """A job that failed after every retry: what it served, its error and its log."""
+
+    unit: Unit
+    error: str
+    log: str | None
+
+    def line(self) -> str:
+        log = f"\n      log: {self.log}" if self.log else ""
+        return f"  - {self.unit.describe()}: {self.error}{log}"
+
+
+class JobsFailed(RunError):
+    """Some jobs of a distributed run failed; finished cells are kept (rerun to resume)."""
+
+    def __init__(self, failures: list[JobFailure], total: int):
+        self.failures = failures
+        lines = [f"{len(failures)} of {total} job(s) failed; the cells that finished are "
+                 "saved, rerun the same command (or add --retries N) to compute the rest:"]
+        lines += [f.line() for f in failures]
+        super().__init__("\n".join(lines))
+
+
+def _submit(backend, task, units: list[Unit], retries: int, progress: bool,
+            report: RunReport, what: str) -> list[JobFailure]:
+    """Run ``units`` on ``backend``, resubmitting failed ones up to ``retries`` times;
+    the failures left."""
+    from selbench.executors import Outcome
+
+    pending = list(units)
+    failed: list[tuple[Unit, Outcome]] = []
+    if not pending:
+        return []
+    for attempt in range(retries + 1):
+        if progress:
+            print(f"selbench: {what}: {len(pending)} job(s) on {backend.name}"
+                  + (f" (retry {attempt} of {retries})" if attempt else ""), file=sys.stderr)
+
+        def done(unit: Unit, outcome) -> None:
+            if outcome.ok and unit.stage == "fit":
+                report.computed += outcome.value["computed"]
+                report.reused += outcome.value["reused"]
+            if progress:
+                state = "done" if outcome.ok else f"FAILED: {outcome.error}"
+                print(f"selbench:   {unit.describe()}: {state}", file=sys.stderr)
+
+        outcomes = backend.run(task, pending, progress, done)
+        failed = [(u, o) for u, o in zip(pending, outcomes) if not o.ok]
+        if not failed:
+            return []
+        pending = [u for u, _ in failed]
+    return [JobFailure(u, o.error or "failed", o.log) for u, o in failed]
+
+
+def _run_distributed(resolved, results, cache, ident, cells, todo, force, only, dev,
+                     requested_device, options, progress, report) -> None:
+    """The unfinished cells as jobs on a local pool or a cluster (see
+    :mod:`selbench.executors`): first the missing backbone outputs (one job per
+    experiment), then one job per method; the leaderboard is written by the caller."""
+    from selbench.executors import UnitTask, make_backend
+
+    backend = make_backend(options, results.root,
+                           dev if options.name == "local" else requested_device)
+    ctx = WorkContext(
+        spec=resolved.spec, raw=resolved.raw, source=resolved.source,
+        base_dir=str(resolved.base_dir), spec_hash=resolved.hash(),
+        out_dir=str(results.root.resolve()), cache_dir=str(cache.root.resolve()),
+        device=dev if options.name == "local" else requested_device)
+    task = UnitTask(ctx, log_dir=backend.log_dir())
+    exps = list(dict.fromkeys(c.e_i for c in todo))
+    seen: set[str] = set()
+    extract: list[Unit] = []
+    for e_i in exps:  # one job per experiment whose outputs are missing (each key once)
+        keys = {key for key, _ in output_keys(resolved, ident, e_i).values()}
+        if any(not cache.path(k).is_file() for k in keys - seen):
+            extract.append(Unit("extract", e_i, resolved.spec.experiments[e_i].name))
+        seen |= keys
+    failures = _submit(backend, task, extract, options.retries, progress, report,
+                       "backbone outputs")
+    if failures:
+        raise JobsFailed(failures, len(extract))
+    units = []
+    for group in method_groups(todo):
+        method = resolved.spec.experiments[group[0].e_i].methods[group[0].m_i]
+        units.append(Unit(
+            "fit", group[0].e_i, resolved.spec.experiments[group[0].e_i].name, group[0].m_i,
+            method.label, tuple(c.key for c in group), tuple(c.seed for c in group),
+            force=bool(force and (not only or method.label in only))))
+    failures = _submit(backend, task, units, options.retries, progress, report, "methods")
+    if failures:
+        raise JobsFailed(failures, len(units))

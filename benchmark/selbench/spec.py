@@ -50,6 +50,7 @@ from selbench.api import (
     SelectionLoss,
     TrainableSelector,
 )
+from selbench.executors import ExecutorOptions
 from selbench.inputs import InputSpec, check_exists, declared_inputs, resolve_path
 from selbench.metrics import DEFAULT_BETAS, DEFAULT_COLUMNS, METRICS, unknown_metric
 from selbench.plugins import (
@@ -271,6 +272,12 @@ class Spec(_Model):
                     "(default: the paper's ECE₁, ECE₂, Brier, accuracy, coverage)",
     )
     experiments: list[ExperimentSpec] = Field(min_length=1)
+    executor: ExecutorOptions | None = Field(
+        default=None,
+        description="where the cells are computed (selbench.executors): inline, local or "
+                    "submitit, with its options; `selbench run --executor` wins. How a spec "
+                    "runs, not what it computes: left out of its canonical form and hash",
+    )
 
     @field_validator("seeds")
     @classmethod
@@ -370,7 +377,7 @@ class ResolvedSpec:
 
     def canonical(self) -> dict:
         """The spec with defaults filled in (plugin params included), JSON-ready."""
-        data = self.spec.model_dump(mode="json")
+        data = self.spec.model_dump(mode="json", exclude={"executor"})
         for e_i, exp in enumerate(self.spec.experiments):
             d = data["experiments"][e_i]
             d["dataset"]["params"] = self.params("dataset", exp.dataset)
