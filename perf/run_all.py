@@ -21,13 +21,15 @@ import bench_ece
 import bench_paper
 import bench_peers
 import bench_scale
+import bench_selectors
 import bench_temperature
 import bench_training
 
 BENCHMARKS = {"training": bench_training, "ece": bench_ece, "temperature": bench_temperature,
-              "paper": bench_paper, "scale": bench_scale, "peers": bench_peers}
+              "paper": bench_paper, "scale": bench_scale, "peers": bench_peers,
+              "selectors": bench_selectors}
 #: benchmarks without --full / --device options (CPU-only, fixed sizes)
-FIXED = ("ece", "temperature", "peers")
+FIXED = ("ece", "temperature", "peers", "selectors")
 
 
 def main(argv: list[str] | None = None) -> int:
