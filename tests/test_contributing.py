@@ -62,24 +62,24 @@ def test_the_page_has_the_three_examples_and_the_recalibrator_is_about_twenty_li
 
 def test_contributing_examples_register_run_and_pass_the_kit(examples_installed, tmp_path):
     reg = get_registry()
-    entry = reg.get("recalibrator", "isotonic")
-    assert entry.provider == "isotonic" and entry.plugin.version == "0.1"
+    entry = reg.get("recalibrator", "clipped-isotonic")
+    assert entry.provider == "clipped-isotonic" and entry.plugin.version == "0.1"
     assert reg.get("selector", "centroid").plugin.version == "0.1"
     assert reg.get("selector", "linear-gate").plugin.params.model_fields == {}
     # the spec snippet of the page, as written
-    snippet = next(b for b in _blocks("yaml") if "label: Isotonic" in b)
+    snippet = next(b for b in _blocks("yaml") if "label: Clipped isotonic" in b)
     methods = [{"label": "None", "scheme": {"name": "recalibration"}}, *yaml.safe_load(snippet)]
     report = run(tiny_spec(methods=methods, seeds=[0]), out_dir=tmp_path / "out", progress=False,
                  plots=False)
     assert report.computed == 4
     board = json.loads((tmp_path / "out" / "leaderboard.json").read_text())
     rows = {r["method"]: r["metrics"] for r in board["experiments"][0]["rows"]}
-    assert rows["Isotonic"]["ece1"]["auc"]["mean"] < 0.5 * rows["None"]["ece1"]["auc"]["mean"]
+    assert rows["Clipped isotonic"]["ece1"]["auc"]["mean"] < 0.5 * rows["None"]["ece1"]["auc"]["mean"]
     for label in ("Centroid + temperature", "Linear gate joint"):
         # they select: coverage follows β (AUC of β over [0.5, 1] is 0.75)
         assert rows[label]["coverage"]["auc"]["mean"] == pytest.approx(0.75, abs=1e-3)
     # every example passes every rule of the conformance kit
-    check_plugin("recalibrator", "isotonic")
+    check_plugin("recalibrator", "clipped-isotonic")
     check_plugin("selector", "centroid")
     check_plugin("selector", "linear-gate")
 
