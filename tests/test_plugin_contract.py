@@ -390,7 +390,8 @@ def test_capabilities_follow_the_types():
     assert {n for n in reg.names("recalibrator")
             if issubclass(reg.get("recalibrator", n).plugin.factory,
                           DifferentiableRecalibrator)} == {
-        "none", "temperature", "platt", "mlp", "beta", "ensemble-temperature"}
+        "none", "temperature", "platt", "mlp", "beta", "ensemble-temperature",
+        "vector-scaling", "matrix-scaling", "dirichlet"}
 
 
 def test_a_capability_that_contradicts_the_type_is_refused():

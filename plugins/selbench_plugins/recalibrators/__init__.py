@@ -1,19 +1,23 @@
 """Built-in recalibrators (h): ``none``, ``temperature``, ``platt``, ``histogram-binning``,
-``platt-binning``, ``mlp``, ``isotonic``, ``beta``, ``ensemble-temperature``.
+``platt-binning``, ``mlp``, ``isotonic``, ``beta``, ``ensemble-temperature``,
+``vector-scaling``, ``matrix-scaling``, ``dirichlet``.
 
 A recalibrator maps a model's outputs to a recalibrated *top-label* confidence of its
 prediction ``predict(outputs)``. That prediction is ``argmax(logits)`` for all built-ins but
 the binary modes of ``platt``, ``platt-binning`` and ``beta``, which are scored as Kumar et al.'s
 ``calibration`` package scores a binary output ``q = P(class 1)`` in top-label mode: the
 prediction is the argmax of ``[1-q, q]`` (class 0 on the tie q = 0.5) and the confidence
-``max(q, 1-q)``, so recalibration may change the predicted class.
+``max(q, 1-q)``, so recalibration may change the predicted class; and ``vector-scaling``,
+``matrix-scaling``, ``dirichlet``, whose prediction is the argmax of their calibrated
+probabilities (the confidence is its probability).
 
 Differentiable recalibrators (``none``, ``temperature``, ``platt``, ``mlp``, ``beta``,
-``ensemble-temperature``) subclass
+``ensemble-temperature``, ``vector-scaling``, ``matrix-scaling``, ``dirichlet``) subclass
 :class:`selbench.api.DifferentiableRecalibrator`, whose docstring is the protocol a
 third-party author implements so that the ``joint`` scheme can train h together with a
 selector and the ``sequential`` / ``selection`` schemes can read the full log-probability
-vector; binary Platt's module is a :class:`selbench.api.PredictingModule`. Their module
+vector; binary Platt's module is a :class:`selbench.api.PredictingModule`, as are the
+modules of the three affine maps (batched by ``torch.func``). The other module
 classes implement the batched-training protocol (``stacked``, see
 :class:`selbench.api.StackableModule`).
 
@@ -23,7 +27,8 @@ max(p1', 1-p1'), of the predicted class argmax), top-label: log c on the
 predicted class and log(1-c) + log(p_k / (1 - p_top)) on the others (the remaining mass
 shared in proportion to the original probabilities); ``beta``: as ``platt``, with the
 beta-calibrated probability; ``ensemble-temperature``: log(w0 softmax(z/T) + w1 softmax(z)
-+ w2/K); ``mlp``: none (None).
++ w2/K); ``vector-scaling`` log_softmax(w z + b); ``matrix-scaling`` log_softmax(W z + b);
+``dirichlet`` log_softmax(W log_softmax(z) + b); ``mlp``: none (None).
 
 Non-differentiable recalibrators (the binning methods, ``isotonic``) only implement ``fit`` and
 ``confidence`` (and ``predict`` where it can change); schemes that train g after them use
@@ -37,6 +42,7 @@ from .binning import HistogramBinning, PlattBinning
 from .ensemble import EnsembleTemperatureScaling
 from .identity import IdentityRecalibrator
 from .isotonic import IsotonicCalibration
+from .matrix import DirichletCalibration, MatrixScaling, VectorScaling
 from .mlp import MLPRecalibrator
 from .platt import PlattScaling
 from .temperature import TemperatureScaling
@@ -51,4 +57,7 @@ PLUGINS: list[Plugin] = [
     Plugin("isotonic", IsotonicCalibration),
     Plugin("beta", BetaCalibration),
     Plugin("ensemble-temperature", EnsembleTemperatureScaling),
+    Plugin("vector-scaling", VectorScaling),
+    Plugin("matrix-scaling", MatrixScaling),
+    Plugin("dirichlet", DirichletCalibration),
 ]
