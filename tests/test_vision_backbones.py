@@ -413,7 +413,10 @@ def _paper_with_placeholder_inputs(tmp_path: Path) -> Path:
 def test_paper_spec_is_valid_and_follows_appendix_a(tmp_path):
     from selbench.spec import load_spec
 
-    spec = load_spec(_paper_with_placeholder_inputs(tmp_path)).spec
+    path = _paper_with_placeholder_inputs(tmp_path)
+    full = load_spec(path).spec  # with its optional block of the methods beyond the paper
+    assert [e.name for e in full.experiments if e.optional] == ["cifar100-c-beyond"]
+    spec = load_spec(path, optional=False).spec
     exps = {e.name: e for e in spec.experiments}
     assert list(exps) == ["camelyon17", "imagenet", "rxrx1", "cifar100-c"]
     assert {k: e.n_fit for k, e in exps.items()} == {
