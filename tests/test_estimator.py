@@ -126,7 +126,7 @@ def test_plain_recalibration_is_temperature_scaling(data):
      "inputs are not permitted"),
     (dict(scheme={"name": "joint", "parameters": {}}), "scheme: unknown key(s) 'parameters'"),
     (dict(selector="confidence"), "selector.name: scheme 'joint' trains the selector through "
-     "its loss; selector 'confidence' is not trainable (trainable selectors: mlp)"),
+     "its loss; selector 'confidence' is not trainable (trainable selectors: meta-features, mlp)"),
     (dict(loss=None), "loss: scheme 'joint' needs a selective loss"),
     (dict(loss="quadratic"), "loss.name: 'quadratic' is a coverage loss; `loss` expects a "
      "SelectionLoss"),

@@ -72,10 +72,10 @@ CASES = [
      tiny_spec(methods=[method(scheme=scheme("selection"), recalibrator={"name": "none"},
                                selector={"name": "confidence"})]),
      [f"{M0}.selector.name: scheme 'selection' trains the selector through its loss; "
-      "selector 'confidence' is not trainable (trainable selectors: mlp)"]),
+      "selector 'confidence' is not trainable (trainable selectors: meta-features, mlp)"]),
     ("joint-with-the-default-selector", tiny_spec(methods=[method(selector=None)]),
      [f"{M0}.selector.name: scheme 'joint' trains the selector through its loss; "
-      "selector 'none' is not trainable (trainable selectors: mlp)"]),
+      "selector 'none' is not trainable (trainable selectors: meta-features, mlp)"]),
     ("recalibration-with-a-trainable-selector",
      tiny_spec(methods=[{"label": "R", "scheme": {"name": "recalibration"},
                          "selector": {"name": "mlp"}}]),
@@ -86,18 +86,21 @@ CASES = [
      tiny_spec(methods=[method(recalibrator={"name": "histogram-binning"})]),
      [f"{M0}.recalibrator.name: scheme 'joint' trains the recalibrator with the selector and "
       "needs a differentiable one; recalibrator 'histogram-binning' is not "
-      "(differentiable recalibrators: mlp, none, platt, temperature)"]),
+      "(differentiable recalibrators: beta, dirichlet, "
+      "ensemble-temperature, matrix-scaling, mlp, none, platt, temperature, vector-scaling)"]),
     ("s-mce-after-a-binning-recalibrator",
      tiny_spec(methods=[method(scheme=scheme("sequential"), loss={"name": "s-mce"},
                                recalibrator={"name": "histogram-binning"})]),
      [f"{M0}.loss.name: loss 's-mce' needs the recalibrator's log-probabilities, which "
       "recalibrator 'histogram-binning' does not provide (losses that do not need them: "
-      "s-mmce, s-tlbce; recalibrators that provide them: none, platt, temperature)"]),
+      "s-mmce, s-tlbce; recalibrators that provide them: beta, dirichlet, "
+      "ensemble-temperature, matrix-scaling, none, platt, temperature, vector-scaling)"]),
     ("s-mce-with-the-mlp-recalibrator",
      tiny_spec(methods=[method(loss={"name": "s-mce"}, recalibrator={"name": "mlp"})]),
      [f"{M0}.loss.name: loss 's-mce' needs the recalibrator's log-probabilities, which "
       "recalibrator 'mlp' does not provide (losses that do not need them: s-mmce, s-tlbce; "
-      "recalibrators that provide them: none, platt, temperature)"]),
+      "recalibrators that provide them: beta, dirichlet, "
+      "ensemble-temperature, matrix-scaling, none, platt, temperature, vector-scaling)"]),
     ("selection-with-a-recalibrator-that-needs-fitting",
      tiny_spec(methods=[method(scheme=scheme("selection"))]),
      [f"{M0}.recalibrator.name: scheme 'selection' uses the recalibrator as given, without "
