@@ -80,16 +80,16 @@ BROKEN = [
      HOOK.format(module="hook_exits", body="import sys; sys.exit('no')"),
      "called sys.exit('no')"),
     ("hook-wrong", "0.6", "hook_wrong", "hook_wrong",
-     HOOK.format(module="hook_wrong", body="return ['beta']"),
+     HOOK.format(module="hook_wrong", body="return ['zeta']"),
      "it must return selbench.Plugin objects, got str"),
     ("hook-scalar", "0.7", "hook_scalar", "hook_scalar",
      HOOK.format(module="hook_scalar",
-                 body="return Plugin('beta', TemperatureScaling)"),
+                 body="return Plugin('zeta', TemperatureScaling)"),
      "it returned Plugin, expected a list of selbench.Plugin"),
     ("hook-bad-params", "0.8", "hook_bad_params", "hook_bad_params",
      HOOK.format(module="hook_bad_params",
-                 body="return [Plugin('beta', TemperatureScaling, params=dict)]"),
-     "plugin 'beta': params <class 'dict'> is not a pydantic model class"),
+                 body="return [Plugin('zeta', TemperatureScaling, params=dict)]"),
+     "plugin 'zeta': params <class 'dict'> is not a pydantic model class"),
 ]  # fmt: skip
 
 HOOK_LEVEL = {"hook-raises", "hook-exits", "hook-wrong", "hook-scalar", "hook-bad-params"}
@@ -135,11 +135,11 @@ def test_each_broken_plugin_is_skipped_with_a_warning(site, capsys, case):
     assert len(reg.skipped) == 1 and dist in reg.skipped[0]
     assert "halve" in reg.names("recalibrator")  # the other plugins load
     assert "temperature" in reg.names("recalibrator")
-    assert "beta" not in reg.names("recalibrator")
+    assert "zeta" not in reg.names("recalibrator")
     if dist in HOOK_LEVEL:  # only the failing hook's result is skipped
         assert f"{module}-selector" in reg.names("selector")
-    with pytest.raises(PluginError, match=r"unknown recalibrator 'beta'.*1 third-party plugin"):
-        reg.get("recalibrator", "beta")
+    with pytest.raises(PluginError, match=r"unknown recalibrator 'zeta'.*1 third-party plugin"):
+        reg.get("recalibrator", "zeta")
 
 
 def test_registered_plugins_know_their_distribution(site):
@@ -236,12 +236,12 @@ def test_commands_keep_working_with_every_broken_plugin_installed(tmp_path, writ
     assert valid.returncode == 0, valid.stderr
     assert all(w in valid.stderr for w in warnings)
 
-    methods = [{"label": "Beta", "scheme": {"name": "recalibration"},
-                "recalibrator": {"name": "beta"}}]  # fmt: skip
+    methods = [{"label": "Zeta", "scheme": {"name": "recalibration"},
+                "recalibrator": {"name": "zeta"}}]  # fmt: skip
     spec = write_spec(tiny_spec(methods=methods))
     used = _selbench(["validate", str(spec)], site, tmp_path)
     assert used.returncode == 2, used.stderr
-    assert "unknown recalibrator 'beta'" in used.stderr
+    assert "unknown recalibrator 'zeta'" in used.stderr
     assert all(w in used.stderr for w in warnings)
     assert "Traceback" not in used.stderr
     assert yaml.safe_load(spec.read_text())["experiments"][0]["methods"] == methods

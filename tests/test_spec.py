@@ -32,7 +32,7 @@ def test_unknown_plugin_names_the_path_and_suggests():
     spec["experiments"][0]["methods"][1]["recalibrator"]["name"] = "temprature"
     assert _errors(spec) == [
         "experiments[0].methods[1].recalibrator.name: unknown recalibrator 'temprature'; "
-        "did you mean 'temperature'?"
+        "did you mean 'temperature' or 'ensemble-temperature'?"
     ]
 
 
