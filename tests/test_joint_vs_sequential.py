@@ -53,7 +53,7 @@ def _objective(out, selector, recalibrator, loss, coverage) -> float:
         with torch.no_grad():
             lp = module(torch.tensor(out.logits), torch.tensor(out.features))[1]
         label_lp = lp.gather(1, torch.tensor(out.labels).view(-1, 1)).view(-1).double()
-    t = lambda a: torch.tensor(np.asarray(a, dtype=np.float64))  # noqa: E731
+    t = lambda a: torch.tensor(np.asarray(a, dtype=np.float64))
     with torch.no_grad():
         value = loss(t(g), t(conf), t(correct), label_lp) + coverage(t(g), BETA)
     return float(value)
