@@ -104,6 +104,37 @@ def test_overrides_by_index_and_by_name():
         apply_overrides(spec, ["experiments.nope.n_fit=1"])
 
 
+def test_override_of_an_aliased_list_changes_only_its_own_path(tmp_path):
+    """``methods: *methods`` (a YAML alias, as specs/beyond.yaml uses) loads as one list
+    shared by two experiments; ``--set experiments[0].methods...`` changes the first only."""
+    text = """
+spec_version: 1
+name: alias
+seeds: [0]
+experiments:
+  - name: one
+    dataset: {name: theory-mixture}
+    backbone: {name: theory-linear}
+    fit_split: val
+    eval_split: test
+    methods: &methods
+      - label: Temp
+        scheme: {name: recalibration}
+        recalibrator: {name: temperature}
+  - name: two
+    dataset: {name: theory-mixture}
+    backbone: {name: theory-linear}
+    fit_split: val
+    eval_split: test
+    methods: *methods
+"""
+    path = tmp_path / "alias.yaml"
+    path.write_text(text)
+    resolved = load_spec(path, overrides=["experiments[0].methods[0].label=Changed"])
+    labels = [[m.label for m in e.methods] for e in resolved.spec.experiments]
+    assert labels == [["Changed"], ["Temp"]]
+
+
 def test_hash_changes_with_any_parameter_and_fills_defaults():
     a = load_spec(tiny_spec())
     b = load_spec(tiny_spec(n_fit=299))

@@ -629,6 +629,17 @@ def _parse_path(path: str) -> list[str | int]:
     return parts
 
 
+def _unshared(data: Any) -> Any:
+    """A copy of a raw spec in which no dict or list appears twice. YAML anchors and aliases
+    (``methods: *methods``) load as one shared object, which ``copy.deepcopy`` keeps shared:
+    an override of ``experiments[0].methods`` would change ``experiments[1]`` too."""
+    if isinstance(data, dict):
+        return {k: _unshared(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_unshared(v) for v in data]
+    return copy.deepcopy(data)
+
+
 def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...]) -> dict:
     """Apply ``key.path=value`` overrides (value parsed as YAML) to a raw spec dict.
 
@@ -636,7 +647,7 @@ def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...]) -> dict:
     may also be named: ``experiments.digits-shift.n_fit=200`` or
     ``experiments[0].methods.Temp.scheme.params.lr=0.01``.
     """
-    data = copy.deepcopy(data)
+    data = _unshared(data)
     errors = []
     for item in overrides:
         if "=" not in item:
