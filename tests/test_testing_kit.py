@@ -730,6 +730,39 @@ def test_datasets():
         check()
 
 
+def test_shardable_backbones_must_honour_rows():
+    """A backbone declaring ``shardable`` must return exactly the asked rows of the split,
+    with the whole split's meta; the built-in theory-linear passes."""
+    import dataclasses
+
+    from selbench_plugins.backbones.linear import TheoryLinear
+
+    check_plugin("backbone", "theory-linear", checks=["check_backbone_rows"])
+
+    class IgnoresRows(TheoryLinear):
+        def extract(self, dataset, split, context):
+            return super().extract(dataset, split, dataclasses.replace(context, rows=None))
+
+    class RowMeta(TheoryLinear):
+        def extract(self, dataset, split, context):
+            out = super().extract(dataset, split, context)
+            out.meta["rows"] = list(context.rows or ())
+            return out
+
+    class NotDeclared(IgnoresRows):
+        shardable = False
+
+    assert str(failure("backbone", IgnoresRows, "check_backbone_rows")) == (
+        "backbone IgnoresRows: check_backbone_rows: it declares shardable, but "
+        "extract(dataset, 'test', context) with FitContext.rows=(0, 10) returned 30 rows, "
+        "expected 10")
+    assert "meta differ from the whole split's meta" in str(
+        failure("backbone", RowMeta, "check_backbone_rows"))
+    check = dict(plugin_checks("backbone", NotDeclared))["check_backbone_rows"]
+    with pytest.raises(CheckSkipped, match="does not declare shardable"):
+        check()
+
+
 def test_base_class_and_construction():
     class Plain:
         def fit(self, outputs, context):

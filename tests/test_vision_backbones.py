@@ -195,6 +195,41 @@ def test_clip_zero_shot_logits_are_scaled_cosines(tmp_path, cifar_c):
     assert not np.allclose(other.extract(cifar_c, "val", CTX).logits, out.logits)
 
 
+def _in_row_ranges(backbone, dataset, split, bounds):
+    """``backbone``'s outputs of ``split`` extracted range by range (``FitContext.rows``)."""
+    return [backbone.extract(dataset, split, FitContext(seed=0, device="cpu", rows=r))
+            for r in zip(bounds[:-1], bounds[1:])]
+
+
+def _assert_concatenation_is_whole(parts, whole) -> None:
+    for name in ("features", "logits", "labels", "domain"):
+        got = [getattr(p, name) for p in parts]
+        want = getattr(whole, name)
+        if want is None:
+            assert all(g is None for g in got), name
+            continue
+        np.testing.assert_array_equal(np.concatenate(got), want, err_msg=name)  # bit for bit
+    assert all(p.meta == whole.meta for p in parts)  # meta describes the whole split
+
+
+@pytest.mark.parametrize("bounds", [(0, 2, 4, 6), (0, 4, 6)])
+def test_row_ranges_of_a_split_are_the_whole_split_bit_for_bit(imagenet_ds, bounds):
+    """The image backbones declare shardable: rows [a, b) extracted alone (a a multiple of
+    the batch size) are exactly those rows of a whole-split extraction."""
+    net = ResNet34(weights=None, num_workers=0, batch_size=2)
+    assert type(net).shardable
+    whole = net.extract(imagenet_ds, "val", CTX)
+    _assert_concatenation_is_whole(_in_row_ranges(net, imagenet_ds, "val", bounds), whole)
+    with pytest.raises(ValueError, match=r"rows \[4, 9\) are not inside the split's 6 items"):
+        net.extract(imagenet_ds, "val", FitContext(seed=0, device="cpu", rows=(4, 9)))
+
+
+def test_clip_row_ranges_are_the_whole_split(tmp_path, cifar_c):
+    clip = ClipZeroShot(model=make_tiny_clip(tmp_path), pretrained=None, **LOADER)
+    whole = clip.extract(cifar_c, "val", CTX)
+    _assert_concatenation_is_whole(_in_row_ranges(clip, cifar_c, "val", (0, 4, 8, 12)), whole)
+
+
 def test_augmented_outputs_do_not_depend_on_loader_workers(tmp_path):
     """AugMix views are seeded per image, so worker processes change nothing."""
     make_cifar100(tmp_path / "clean", n_train=8, n_test=2)

@@ -73,6 +73,8 @@ class                     attribute                                            d
 ========================  ===================================================  ===========
 :class:`Dataset`          ``input_kind``: what ``SplitData.inputs`` holds      ``None``
 :class:`Backbone`         ``input_kinds``: the input kinds it can read         ``None``
+:class:`Backbone`         ``shardable``: ``extract`` honours                   ``False``
+                          ``FitContext.rows``
 :class:`Scheme`           ``requires``: ``"loss"`` and/or ``"coverage"``       empty
 :class:`Scheme`           ``selector_must_be_trainable``: True/False/None      ``None``
 :class:`Scheme`           ``recalibrator_must_be_differentiable``              ``False``
@@ -303,6 +305,10 @@ class FitContext:
         progress: whether the plugin may show a progress bar.
         cache_dir: a directory the plugin may use for its own artefacts (e.g. a trained
             backbone's weights); the core keys it by content.
+        rows: for :meth:`Backbone.extract` of a backbone declaring ``shardable``: the rows
+            ``[start, stop)`` of the split to return (a distributed run extracts a large
+            split in several jobs, one range each, and concatenates them); ``None``: the
+            whole split.
     """
 
     seed: int = 0
@@ -311,6 +317,7 @@ class FitContext:
     progress: bool = False
     cache_dir: Any = None
     extra: dict = field(default_factory=dict)
+    rows: tuple[int, int] | None = None
 
     def generator(self, offset: int = 0) -> np.random.Generator:
         """A numpy generator seeded from ``seed`` (``offset`` decorrelates streams)."""
@@ -456,12 +463,22 @@ class Backbone(PluginBase, abc.ABC):
     #: ``None``: not declared, any dataset is accepted.
     input_kinds: ClassVar[frozenset[str] | None] = None
 
+    #: True when :meth:`extract` honours ``context.rows``: given ``(start, stop)`` it returns
+    #: exactly those rows of the split — each row as a whole-split extraction computes it,
+    #: with the whole split's ``meta`` — so that a distributed run (``--executor local`` or
+    #: ``submitit``) may extract a split larger than the executor's ``shard_size`` in
+    #: several jobs. Declare it only when a row's outputs do not depend on the other rows
+    #: (an inference pass, not a backbone trained on the split itself).
+    shardable: ClassVar[bool] = False
+
     @abc.abstractmethod
     def extract(self, dataset: Dataset, split: str, context: FitContext) -> ModelOutputs:
-        """Return features, logits and labels for ``dataset.split(split)``.
+        """Return features, logits and labels for ``dataset.split(split)`` (only the rows
+        ``context.rows`` when the backbone declares :attr:`shardable` and it is set).
 
         Runs on ``context.device``; results are cached by the core, keyed by the dataset
-        and backbone configuration, so this is called once per configuration and split.
+        and backbone configuration, so this is called once per configuration and split
+        (or once per row range).
         """
 
 

@@ -51,7 +51,8 @@ checks that apply to a plugin):
   ``FileNotFoundError``, as documented) are skipped.
 * **backbone**: ``extract`` on a tiny synthetic dataset of an input kind it declares
   (``vectors`` or ``image-array``; other kinds are skipped) returns matching ``ModelOutputs``,
-  deterministically.
+  deterministically; a backbone declaring ``shardable`` returns, for row ranges of a split,
+  exactly those rows of the whole split with the whole split's ``meta``.
 
 The data are tiny and deterministic: plugins are fitted on ``make_outputs(120, 3, 6,
 seed=0)`` and evaluated on ``make_outputs(80, 3, 6, seed=1)`` (binary checks: seeds 2 and 3,
@@ -1570,6 +1571,46 @@ def check_backbone_is_deterministic(s: _Subject) -> None:
         if not _equal(getattr(a, name), getattr(b, name)):
             raise _Broken(f"two backbones with the same params extracted different {name} "
                           f"({_diff(getattr(a, name), getattr(b, name))})")
+
+
+@_check("backbone")
+def check_backbone_rows(s: _Subject) -> None:
+    """A backbone declaring ``shardable`` honours ``FitContext.rows``: the row ranges of a
+    split, extracted one by one and concatenated, are the whole split's outputs bit for bit
+    (same ``meta``). Skipped for a backbone that does not declare it."""
+    if getattr(s.cls, "shardable", False) is not True:
+        raise CheckSkipped("it does not declare shardable")
+    ds = _backbone_dataset(s)
+    backbone = s.make()
+    whole = _extract(s, backbone, ds, "test")
+    n = len(whole)
+    for bounds in ((0, n // 3, n), (0, n - 1, n)):
+        parts = []
+        for rows in zip(bounds[:-1], bounds[1:]):
+            what = f"extract(dataset, 'test', context) with FitContext.rows={rows}"
+            out = _call(what, backbone.extract, ds, "test", FitContext(seed=0, rows=rows))
+            if not isinstance(out, ModelOutputs):
+                raise _Broken(f"{what} returned {_brief(out)}, expected selbench.ModelOutputs")
+            if len(out) != rows[1] - rows[0]:
+                raise _Broken(f"it declares shardable, but {what} returned {len(out)} rows, "
+                              f"expected {rows[1] - rows[0]}")
+            if out.meta != whole.meta:
+                raise _Broken(f"{what}.meta differ from the whole split's meta (a shard's "
+                              "meta must describe the whole split)")
+            parts.append(out)
+        for name in ("features", "logits", "labels", "domain"):
+            want = getattr(whole, name)
+            got = [getattr(p, name) for p in parts]
+            if want is None or any(g is None for g in got):
+                if not (want is None and all(g is None for g in got)):
+                    raise _Broken(f"row ranges of split 'test' give {name} "
+                                  f"{'None' if want is not None else 'arrays'} where the "
+                                  "whole split does not")
+                continue
+            joined = np.concatenate(got)
+            if not _equal(joined, want):
+                raise _Broken(f"row ranges {bounds} of split 'test', concatenated, differ from "
+                              f"the whole split's {name} ({_diff(joined, want)})")
 
 
 # ---------------------------------------------------------------------------- public API

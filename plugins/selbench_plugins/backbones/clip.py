@@ -139,6 +139,8 @@ class ClipZeroShot(Backbone):
     features = normalised image embedding."""
 
     input_kinds = frozenset({"image-items"})
+    #: an inference pass, row by row: a distributed run may extract a large split in shards
+    shardable = True
     params_base = _ClipFiles
 
     def __init__(

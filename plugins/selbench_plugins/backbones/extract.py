@@ -125,7 +125,10 @@ def extract_outputs(
 
     ``step`` receives the raw batch already on ``context.device`` (uint8 ``[B, 3, H, W]``),
     runs under ``torch.inference_mode`` and, on CUDA with ``amp``, under float16 autocast.
-    Returns float32 features and logits, the split's labels and domain.
+    Returns float32 features and logits, the split's labels and domain — of the rows
+    ``context.rows`` only when it is set (the backbones using this declare ``shardable``):
+    each row is computed as in the whole split (an inference pass, row by row), and ``meta``
+    describes the whole split.
     """
     data = dataset.split(split)
     items = data.inputs
@@ -137,6 +140,16 @@ def extract_outputs(
         raise ValueError(f"{where}: labels have shape {labels.shape} but the split has {n} items")
     if n == 0:
         raise ValueError(f"{where}: the split is empty")
+    domain = data.domain
+    if context.rows is not None:  # one shard of a distributed extraction
+        start, stop = (int(r) for r in context.rows)
+        if not 0 <= start < stop <= n:
+            raise ValueError(f"{where}: rows [{start}, {stop}) are not inside the split's "
+                             f"{n} items")
+        items = torch.utils.data.Subset(items, range(start, stop))
+        labels = labels[start:stop]
+        domain = None if domain is None else np.asarray(domain)[start:stop]
+        where = f"{where}, rows [{start}, {stop})"
     items[0]  # fail here, in this process, if the files are missing (FileNotFoundError)
 
     device = torch.device(context.device)
@@ -176,7 +189,7 @@ def extract_outputs(
             features=np.concatenate(feats).astype(np.float32, copy=False),
             logits=np.concatenate(logits).astype(np.float32, copy=False),
             labels=labels,
-            domain=data.domain,
+            domain=domain,
             meta=info,
         )
     except DataError as exc:

@@ -59,6 +59,9 @@ class TheoryLinear(Backbone):
     """
 
     input_kinds = frozenset({"vectors"})
+    #: row i's outputs are x_i and ±θ̂ᵀx_i (θ̂ from the train split): any row range of a split
+    #: is extracted exactly as in the whole split
+    shardable = True
 
     def __init__(
         self,
@@ -90,6 +93,14 @@ class TheoryLinear(Backbone):
                 f"theory-linear: split {split!r} inputs have {x.shape[1]} columns but θ̂ was "
                 f"estimated in dimension {self.theta_hat_.shape[0]}"
             )
+        domain = data.domain
+        if context.rows is not None:  # one row range of a distributed extraction
+            start, stop = (int(r) for r in context.rows)
+            if not 0 <= start < stop <= x.shape[0]:
+                raise ValueError(f"theory-linear: rows [{start}, {stop}) are not inside split "
+                                 f"{split!r} of {x.shape[0]} examples")
+            x, labels = x[start:stop], labels[start:stop]
+            domain = None if domain is None else np.asarray(domain)[start:stop]
         v = x @ self.theta_hat_
         meta = {"theta_hat": self.theta_hat_.tolist()}
         if "domains" in data.meta:
@@ -98,7 +109,7 @@ class TheoryLinear(Backbone):
             features=x.astype(np.float32),
             logits=np.stack([-v, v], axis=1).astype(np.float32),
             labels=labels,
-            domain=data.domain,
+            domain=domain,
             meta=meta,
         )
 

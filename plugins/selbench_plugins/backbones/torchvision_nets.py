@@ -119,6 +119,8 @@ class TorchvisionClassifier(Backbone):
     """A torchvision ImageNet classifier: pooled penultimate features + logits."""
 
     input_kinds = frozenset({"image-items"})
+    #: an inference pass, row by row: a distributed run may extract a large split in shards
+    shardable = True
     params_base = _WeightsOrFile
 
     arch = "resnet34"

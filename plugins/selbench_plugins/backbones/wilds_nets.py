@@ -129,6 +129,8 @@ class WildsNet(Backbone):
     """A torchvision network trained by the WILDS code, loaded from its checkpoint."""
 
     input_kinds = frozenset({"image-items"})
+    #: an inference pass, row by row: a distributed run may extract a large split in shards
+    shardable = True
 
     arch = ""
     head = ""
