@@ -3,6 +3,7 @@ thread for tiny forward passes."""
 
 from __future__ import annotations
 
+import contextlib
 import textwrap
 from pathlib import Path
 
@@ -119,3 +120,27 @@ def install_distribution(root: Path, dist: str, version: str, modules: dict[str,
     lines = "".join(f"{name} = {target}\n" for name, target in entry_points.items())
     (info / "entry_points.txt").write_text(f"[selbench]\n{lines}")
     return root
+
+
+@contextlib.contextmanager
+def plugin_site(root: Path, dist: str, modules: dict[str, str], clear_env=()):
+    """A fake third-party distribution (:func:`install_distribution`) on ``sys.path`` —
+    which worker processes inherit — with entry-point autoloading on and the registry
+    refreshed; the environment variables ``clear_env`` unset. Undone on exit."""
+    import sys
+
+    from selbench.plugins import AUTOLOAD_ENV, get_registry
+
+    root = install_distribution(root, dist, "1.0", modules)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(root))
+        mp.delenv(AUTOLOAD_ENV, raising=False)
+        for name in clear_env:
+            mp.delenv(name, raising=False)
+        get_registry(refresh=True)
+        try:
+            yield root
+        finally:
+            for module in modules:
+                sys.modules.pop(module, None)
+    get_registry(refresh=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import install_distribution, tiny_spec
+from conftest import plugin_site, tiny_spec
 from selbench.cli import main
 from selbench.executors import (
     ExecutorError,
@@ -80,18 +80,10 @@ def spec(**executor) -> dict:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """The flaky plugin installed on sys.path (spawned workers inherit sys.path)."""
-    from selbench.plugins import AUTOLOAD_ENV, get_registry
-
-    root = install_distribution(tmp_path_factory.mktemp("site"), "selbench-flaky-test",
-                                "1.0", {"selbench_flaky_test": FLAKY})
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(root))
-        mp.delenv(AUTOLOAD_ENV, raising=False)
-        mp.delenv("SELBENCH_TEST_FLAKY", raising=False)
-        get_registry(refresh=True)
+    with plugin_site(tmp_path_factory.mktemp("site"), "selbench-flaky-test",
+                     {"selbench_flaky_test": FLAKY},
+                     clear_env=["SELBENCH_TEST_FLAKY"]) as root:
         yield root
-    sys.modules.pop("selbench_flaky_test", None)
-    get_registry(refresh=True)
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +126,7 @@ def test_submitit_debug_executor_gives_the_inline_leaderboard(site, reference, t
     assert (report.computed, report.reused) == (N_CELLS, 0)
     _same_results(tmp_path / "s", reference)
     assert (tmp_path / "s" / "logs" / "submitit").is_dir()
+    assert not (tmp_path / "s" / "logs" / "submitit" / "%j").exists()  # no template folder
     # a rerun submits nothing and reuses every cell
     report = run(spec(name="submitit", cluster="debug"), out_dir=tmp_path / "s",
                  progress=False, plots=False)

@@ -18,8 +18,12 @@ command line wins) picks one of:
 
 The unit of work is a *job*: the unfinished cells of one method on one experiment (its
 seeds × training β, which the scheme's ``fit_many`` trains together). The backbone outputs
-of every experiment are made first, one job per experiment whose outputs are not in the
-cache, so that the method jobs only read the (content-addressed) cache. A job writes its
+are made first, in a stage of their own: one job per split (per content key: a split that
+several experiments share is extracted once) whose outputs are not in the cache — or, for a
+backbone that declares ``shardable`` (the built-in image backbones do), one job per
+``shard_size`` rows of a larger split, which the parent concatenates into the cache once
+every range is in (a finished range is kept and never extracted again) — so that the method
+jobs only read the (content-addressed) cache. A job writes its
 cells through the atomic results store, holding the method's lock
 (:meth:`selbench.results.ResultsDir.method_lock`): two jobs never write the same cell. A
 job skips the cells that are already finished, so a resubmitted (``--retries``), preempted
@@ -33,6 +37,7 @@ The cache and results directories must be on a filesystem every job can read and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import traceback
@@ -70,13 +75,22 @@ class _Options(BaseModel):
     retries: int = Field(0, ge=0, description="resubmit a failed job up to this many times")
 
 
+class _Distributed(_Options):
+    # 2**16: a multiple of every power-of-two batch size, so that each shard's batches are
+    # those of a whole-split extraction and the merged outputs are identical bit for bit
+    shard_size: int | None = Field(
+        65536, ge=1, description="rows per extraction job: a split with more rows is "
+                                 "extracted by several jobs (when the backbone declares "
+                                 "shardable) and merged; null: one job per split")
+
+
 class InlineOptions(_Options):
     """Every cell in the ``selbench`` process (the default)."""
 
     name: Literal["inline"] = "inline"
 
 
-class LocalOptions(_Options):
+class LocalOptions(_Distributed):
     """A pool of worker processes on this machine."""
 
     name: Literal["local"] = "local"
@@ -92,7 +106,7 @@ _SUBMITIT_NAMES = {"time_min": "timeout_min", "gpus_per_node": "gpus_per_node",
                    "partition": "slurm_partition", "array_parallelism": "slurm_array_parallelism"}
 
 
-class SubmititOptions(_Options):
+class SubmititOptions(_Distributed):
     """Jobs submitted with submitit's ``AutoExecutor`` (Slurm when present)."""
 
     name: Literal["submitit"] = "submitit"
@@ -431,6 +445,10 @@ class SubmititBackend(Backend):
                     done(units[i], outcomes[i])
             if pending:
                 time.sleep(self.options.poll_s)
+        # submitit's local cluster creates the job folder's template itself, a literal
+        # (and empty) "%j" directory: leave only the per-job folders
+        with contextlib.suppress(OSError):
+            (self.folder / "%j").rmdir()
         return [o for o in outcomes if o is not None]
 
     @staticmethod

@@ -793,6 +793,156 @@ def run_cell(
 
 
 # --------------------------------------------------------------------------- outputs
+class Extraction:
+    """The backbone outputs of one experiment: built lazily (the dataset and the backbone
+    only when some split is not cached), each split extracted whole or — for a backbone
+    declaring :attr:`selbench.api.Backbone.shardable`, in a distributed run — one row range
+    at a time; every failure is one line naming the experiment and the plugin."""
+
+    def __init__(self, resolved: ResolvedSpec, e_i: int, ident: Identity, cache: OutputCache,
+                 device: str, progress: bool):
+        self.resolved, self.e_i, self.cache = resolved, e_i, cache
+        self.device, self.progress = device, progress
+        self.exp = exp = resolved.spec.experiments[e_i]
+        self.where = f"experiments[{e_i}] ({exp.name})"
+        self.keys = output_keys(resolved, ident, e_i)
+        self.names = {"dataset": _describe(resolved, "dataset", exp.dataset),
+                      "backbone": _describe(resolved, "backbone", exp.backbone)}
+        self._factories = [(self.names[k], resolved.registry.get(k, getattr(exp, k).name)
+                            .plugin.factory) for k in ("dataset", "backbone")]
+        self._dataset: Any = None
+        self._backbone: Any = None
+        self._labels: dict[str, np.ndarray] = {}
+
+    @property
+    def shardable(self) -> bool:
+        """Whether the backbone declares that ``extract`` honours ``FitContext.rows``."""
+        factory = self._factories[1][1]
+        return isinstance(factory, type) and getattr(factory, "shardable", False) is True
+
+    def warn(self, msg: str) -> None:
+        print(f"selbench: warning: {msg}", file=sys.stderr)
+
+    def guarded(self, stage: str, fn):
+        try:
+            return fn()
+        except (KeyboardInterrupt, GeneratorExit, RunError):
+            raise
+        except BaseException as exc:
+            blame = _blame(exc, self._factories)
+            if isinstance(exc, (DataError, ValueError, FileNotFoundError)):
+                raise RunError(f"{self.where}: {blame or 'dataset/backbone'}, "
+                               f"{stage}: {exc}") from exc
+            raise _failure(self.where, stage, exc, blame) from exc
+
+    def dataset(self) -> Any:
+        """The dataset (built once), the spec's splits checked against it."""
+        if self._dataset is None:
+            exp = self.exp
+            dataset = self.guarded("building the dataset",
+                                   lambda: self.resolved.build("dataset", exp.dataset))
+            available = list(self.guarded("listing the splits", dataset.splits))
+            for which, name in (("fit_split", exp.fit_split), ("eval_split", exp.eval_split)):
+                if name not in available:
+                    raise SpecError([
+                        f"experiments[{self.e_i}].{which}: dataset {exp.dataset.name!r} has "
+                        f"no split {name!r}; available: {', '.join(map(str, available))}"
+                    ], self.resolved.source)
+            self._dataset = dataset
+        return self._dataset
+
+    def backbone(self) -> Any:
+        """The backbone (built once)."""
+        if self._backbone is None:
+            self.dataset()  # a missing split is reported before the backbone is built
+            self._backbone = self.guarded("building the backbone",
+                                          lambda: self.resolved.build("backbone", self.exp.backbone))
+        return self._backbone
+
+    def labels(self, split: str) -> np.ndarray:
+        """The split's labels (the dataset's own, not the backbone's), to size and check
+        shards."""
+        if split not in self._labels:
+            dataset = self.dataset()
+            data = self.guarded(f"loading split {split!r}", lambda: dataset.split(split))
+            self._labels[split] = np.asarray(data.labels)
+        return self._labels[split]
+
+    def extract(self, split: str, rows: tuple[int, int] | None = None) -> ModelOutputs:
+        """Run the backbone on ``split`` (only ``rows`` when given), checked."""
+        dataset, backbone = self.dataset(), self.backbone()
+        key, _ = self.keys[split]
+        ctx = FitContext(seed=0, device=self.device, beta=1.0, progress=self.progress,
+                         cache_dir=self.cache.workdir(key), rows=rows)
+        what = f"split {split!r}" + (f" rows [{rows[0]}, {rows[1]})" if rows else "")
+        if self.progress:
+            print(f"[{self.exp.name}] extracting {self.exp.backbone.name} outputs on {what}",
+                  file=sys.stderr)
+        outputs = self.guarded(f"extracting {what}", lambda: backbone.extract(dataset, split, ctx))
+        if not isinstance(outputs, ModelOutputs):
+            raise RunError(f"{self.where}: {self.names['backbone']}.extract returned "
+                           f"{type(outputs).__name__}, expected selbench.ModelOutputs")
+        if rows is not None:
+            expected = self.labels(split)[rows[0]:rows[1]]
+            if len(outputs) != len(expected) or not np.array_equal(outputs.labels, expected):
+                raise RunError(
+                    f"{self.where}: {self.names['backbone']} declares shardable, but "
+                    f"extract with FitContext.rows=({rows[0]}, {rows[1]}) returned "
+                    f"{len(outputs)} rows that are not rows {rows[0]}..{rows[1] - 1} of split "
+                    f"{split!r}; honour context.rows or remove `shardable = True`")
+        return outputs
+
+    def split(self, split: str) -> ModelOutputs:
+        """The whole split's outputs: from the cache, else extracted and cached."""
+        key, material = self.keys[split]
+        cached = self.cache.get(key, warn=self.warn)
+        if cached is None:
+            cached = self.extract(split)
+            self.cache.put(key, cached, material)
+        return cached
+
+    def shard(self, split: str, rows: tuple[int, int]) -> bool:
+        """Extract and store one row range of ``split`` unless it is stored already (or the
+        whole split is cached); returns whether it computed anything."""
+        key, material = self.keys[split]
+        if self.cache.path(key).is_file() or \
+                self.cache.get_shard(key, rows, warn=self.warn) is not None:
+            return False
+        self.cache.put_shard(key, rows, self.extract(split, rows), material)
+        return True
+
+    def merge(self, split: str, shards: list[tuple[int, int]]) -> None:
+        """Concatenate the stored shards of ``split`` into its cached outputs (written once,
+        atomically), then delete the shards."""
+        key, material = self.keys[split]
+        if self.cache.get(key) is not None:
+            self.cache.drop_shards(key)
+            return
+        parts = []
+        for rows in shards:
+            part = self.cache.get_shard(key, rows, warn=self.warn)
+            if part is None:
+                raise RunError(f"{self.where}: the outputs of split {split!r} rows "
+                               f"[{rows[0]}, {rows[1]}) are missing from the cache "
+                               f"{self.cache.root} after their job finished (is it on a "
+                               "filesystem every job shares?); rerun to extract them again")
+            if parts and part.meta != parts[0].meta:
+                raise RunError(f"{self.where}: {self.names['backbone']} declares shardable, "
+                               f"but its outputs' meta differ between row ranges of split "
+                               f"{split!r} ({parts[0].meta} vs {part.meta})")
+            parts.append(part)
+        domains = [p.domain for p in parts]
+        merged = ModelOutputs(
+            features=np.concatenate([p.features for p in parts]),
+            logits=np.concatenate([p.logits for p in parts]),
+            labels=np.concatenate([p.labels for p in parts]),
+            domain=None if any(d is None for d in domains) else np.concatenate(domains),
+            meta=parts[0].meta,
+        )
+        self.cache.put(key, merged, material)
+        self.cache.drop_shards(key)
+
+
 def experiment_outputs(
     resolved: ResolvedSpec,
     e_i: int,
@@ -802,61 +952,8 @@ def experiment_outputs(
     progress: bool,
 ) -> dict[str, ModelOutputs]:
     """Backbone outputs of the experiment's fitting and evaluation splits, via the cache."""
-    exp = resolved.spec.experiments[e_i]
-    where = f"experiments[{e_i}] ({exp.name})"
-    dataset = backbone = None
-    out: dict[str, ModelOutputs] = {}
-    names = {"dataset": _describe(resolved, "dataset", exp.dataset),
-             "backbone": _describe(resolved, "backbone", exp.backbone)}
-    factories = [(names[k], resolved.registry.get(k, getattr(exp, k).name).plugin.factory)
-                 for k in ("dataset", "backbone")]
-
-    def warn(msg: str) -> None:
-        print(f"selbench: warning: {msg}", file=sys.stderr)
-
-    def guarded(stage: str, fn):
-        try:
-            return fn()
-        except (KeyboardInterrupt, GeneratorExit, RunError):
-            raise
-        except BaseException as exc:
-            if isinstance(exc, (DataError, ValueError, FileNotFoundError)):
-                raise RunError(f"{where}: {_blame(exc, factories) or 'dataset/backbone'}, "
-                               f"{stage}: {exc}") from exc
-            raise _failure(where, stage, exc, _blame(exc, factories)) from exc
-
-    for split, (key, material) in output_keys(resolved, ident, e_i).items():
-        cached = cache.get(key, warn=warn)
-        if cached is None:
-            if dataset is None:
-                dataset = guarded("building the dataset",
-                                  lambda: resolved.build("dataset", exp.dataset))
-                backbone = guarded("building the backbone",
-                                   lambda: resolved.build("backbone", exp.backbone))
-                available = list(guarded("listing the splits", dataset.splits))
-                for which, name in (("fit_split", exp.fit_split), ("eval_split", exp.eval_split)):
-                    if name not in available:
-                        raise SpecError([
-                            f"experiments[{e_i}].{which}: dataset {exp.dataset.name!r} has no "
-                            f"split {name!r}; available: {', '.join(map(str, available))}"
-                        ], resolved.source)
-            ctx = FitContext(
-                seed=0, device=device, beta=1.0, progress=progress, cache_dir=cache.workdir(key)
-            )
-            if progress:
-                print(f"[{exp.name}] extracting {exp.backbone.name} outputs on split {split!r}",
-                      file=sys.stderr)
-            outputs = guarded(f"extracting split {split!r}",
-                              lambda b=backbone, d=dataset, s=split, c=ctx: b.extract(d, s, c))
-            if not isinstance(outputs, ModelOutputs):
-                raise RunError(
-                    f"{where}: {names['backbone']}.extract returned "
-                    f"{type(outputs).__name__}, expected selbench.ModelOutputs"
-                )
-            cache.put(key, outputs, material)
-            cached = outputs
-        out[split] = cached
-    return out
+    ex = Extraction(resolved, e_i, ident, cache, device, progress)
+    return {split: ex.split(split) for split in ex.keys}
 
 
 # --------------------------------------------------------------------------- entry point
@@ -1039,7 +1136,9 @@ def fit_cells(resolved: ResolvedSpec, group: list[Cell], outputs: dict[str, Mode
 class Unit:
     """One job of a distributed run: the unfinished cells (``keys``) of one method on one
     experiment, which its scheme fits together (``stage="fit"``), or the backbone outputs of
-    one experiment (``stage="extract"``, made before any method job is submitted)."""
+    one split of an experiment — all its rows, or one row range (``rows``) of a large split
+    for a shardable backbone (``stage="extract"``, made before any method job is
+    submitted)."""
 
     stage: str
     e_i: int
@@ -1050,17 +1149,23 @@ class Unit:
     seeds: tuple[int, ...] = ()
     #: recompute the cells even when finished (--force); else finished ones are skipped
     force: bool = False
+    #: extraction: the split, and the row range ``[start, stop)`` (None: the whole split)
+    split: str | None = None
+    rows: tuple[int, int] | None = None
 
     def describe(self) -> str:
         if self.stage == "extract":
-            return f"experiment {self.experiment!r}: backbone outputs"
+            rows = f" rows [{self.rows[0]}, {self.rows[1]})" if self.rows else ""
+            return f"experiment {self.experiment!r}: backbone outputs of split {self.split!r}{rows}"
         seeds = ", ".join(str(s) for s in dict.fromkeys(self.seeds))
         return (f"experiment {self.experiment!r}, method {self.method!r} "
                 f"(experiments[{self.e_i}].methods[{self.m_i}]), seed(s) {seeds}")
 
     def log_name(self) -> str:
-        what = "extract" if self.stage == "extract" else slug(self.method or "")
-        return f"{self.experiment}-{what}"
+        if self.stage == "extract":
+            rows = f"-rows-{self.rows[0]}-{self.rows[1]}" if self.rows else ""
+            return f"{self.experiment}-extract-{slug(str(self.split))}{rows}"
+        return f"{self.experiment}-{slug(self.method or '')}"
 
 
 @dataclass(frozen=True)
@@ -1103,8 +1208,9 @@ def _worker_state(ctx: WorkContext) -> dict[str, Any]:
 
 
 def run_unit(ctx: WorkContext, unit: Unit) -> dict[str, int]:
-    """Do one job (in a worker process or a cluster job): extract an experiment's outputs,
-    or fit, measure and write a method's cells, skipping those finished meanwhile (a job
+    """Do one job (in a worker process or a cluster job): extract a split's outputs (or one
+    row range of them), or fit, measure and write a method's cells, skipping those finished
+    meanwhile (a job
     resubmitted after preemption). Returns ``{"computed": n, "reused": k}``."""
     state = _worker_state(ctx)
     resolved, ident, cache, dev = state["resolved"], state["ident"], state["cache"], state["device"]
@@ -1116,7 +1222,11 @@ def run_unit(ctx: WorkContext, unit: Unit) -> dict[str, int]:
         return state["outputs"][1]
 
     if unit.stage == "extract":
-        outputs_of(unit.e_i)
+        ex = Extraction(resolved, unit.e_i, ident, cache, dev, False)
+        if unit.rows is None:
+            ex.split(str(unit.split))
+        else:
+            ex.shard(str(unit.split), unit.rows)
         return {"computed": 0, "reused": 0}
     cells = [state["cells"].get(k) for k in unit.keys]
     if any(c is None for c in cells):
@@ -1187,11 +1297,38 @@ def _submit(backend, task, units: list[Unit], retries: int, progress: bool,
     return [JobFailure(u, o.error or "failed", o.log) for u, o in failed]
 
 
+def _extraction_units(resolved, ident, cache, todo, dev, shard_size):
+    """The extraction jobs of the outputs missing from the cache — one per key (a key that
+    several experiments share is extracted once), or one per row range of a split of more
+    than ``shard_size`` rows when the backbone is shardable — and the shards to merge."""
+    units: list[Unit] = []
+    merges: list[tuple[Extraction, str, list[tuple[int, int]]]] = []
+    seen: set[str] = set()
+    for e_i in dict.fromkeys(c.e_i for c in todo):
+        ex = Extraction(resolved, e_i, ident, cache, dev, False)
+        for split, (key, _) in ex.keys.items():
+            if key in seen or cache.path(key).is_file():
+                continue
+            seen.add(key)
+            if shard_size and ex.shardable:
+                n = len(ex.labels(split))
+                if n > shard_size:
+                    shards = [(a, min(a + shard_size, n)) for a in range(0, n, shard_size)]
+                    units += [Unit("extract", e_i, ex.exp.name, split=split, rows=r)
+                              for r in shards]
+                    merges.append((ex, split, shards))
+                    continue
+            units.append(Unit("extract", e_i, ex.exp.name, split=split))
+    return units, merges
+
+
 def _run_distributed(resolved, results, cache, ident, cells, todo, force, only, dev,
                      requested_device, options, progress, report) -> None:
     """The unfinished cells as jobs on a local pool or a cluster (see
-    :mod:`selbench.executors`): first the missing backbone outputs (one job per
-    experiment), then one job per method; the leaderboard is written by the caller."""
+    :mod:`selbench.executors`): first the missing backbone outputs (one job per cache key —
+    split of an experiment —, or per row range of a split larger than the executor's
+    ``shard_size`` for a shardable backbone, merged here once all are in), then one job per
+    method; the leaderboard is written by the caller."""
     from selbench.executors import UnitTask, make_backend
 
     backend = make_backend(options, results.root,
@@ -1202,18 +1339,17 @@ def _run_distributed(resolved, results, cache, ident, cells, todo, force, only, 
         out_dir=str(results.root.resolve()), cache_dir=str(cache.root.resolve()),
         device=dev if options.name == "local" else requested_device)
     task = UnitTask(ctx, log_dir=backend.log_dir())
-    exps = list(dict.fromkeys(c.e_i for c in todo))
-    seen: set[str] = set()
-    extract: list[Unit] = []
-    for e_i in exps:  # one job per experiment whose outputs are missing (each key once)
-        keys = {key for key, _ in output_keys(resolved, ident, e_i).values()}
-        if any(not cache.path(k).is_file() for k in keys - seen):
-            extract.append(Unit("extract", e_i, resolved.spec.experiments[e_i].name))
-        seen |= keys
+    extract, merges = _extraction_units(resolved, ident, cache, todo, dev,
+                                        getattr(options, "shard_size", None))
     failures = _submit(backend, task, extract, options.retries, progress, report,
                        "backbone outputs")
     if failures:
         raise JobsFailed(failures, len(extract))
+    for ex, split, shards in merges:
+        if progress:
+            print(f"selbench: [{ex.exp.name}] merging {len(shards)} row ranges of split "
+                  f"{split!r}", file=sys.stderr)
+        ex.merge(split, shards)
     units = []
     for group in method_groups(todo):
         method = resolved.spec.experiments[group[0].e_i].methods[group[0].m_i]

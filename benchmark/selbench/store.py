@@ -144,8 +144,9 @@ class OutputCache:
     def get(self, key: str, warn=None) -> ModelOutputs | None:
         """The verified outputs of ``key``, or None (absent or unusable; ``warn`` is called
         with a message naming the file when a file was there but cannot be used)."""
+        return self._read(self.path(key), key, warn)
 
-        path = self.path(key)
+    def _read(self, path: Path, key: str, warn=None) -> ModelOutputs | None:
         side = path.with_suffix(".json")
         if not path.is_file() and not side.is_file():
             return None
@@ -181,8 +182,33 @@ class OutputCache:
         return outputs
 
     def put(self, key: str, outputs: ModelOutputs, material: dict) -> Path:
+        """Write the outputs of ``key`` (atomically, with their sidecar)."""
+        return self._write(self.path(key), key, outputs, material)
 
-        path = self.path(key)
+    # a large split extracted in several jobs (a backbone declaring ``shardable``): each job
+    # writes its rows as a verified shard file; the run concatenates them into the key's
+    # outputs once every shard is in, then deletes the shards
+    def shard_path(self, key: str, rows: tuple[int, int]) -> Path:
+        return self.root / "shards" / key / f"rows-{rows[0]}-{rows[1]}.npz"
+
+    def get_shard(self, key: str, rows: tuple[int, int], warn=None) -> ModelOutputs | None:
+        """The verified rows ``[start, stop)`` of ``key``'s outputs, or None."""
+        out = self._read(self.shard_path(key, rows), key, warn)
+        if out is not None and len(out) != rows[1] - rows[0]:
+            return None
+        return out
+
+    def put_shard(self, key: str, rows: tuple[int, int], outputs: ModelOutputs,
+                  material: dict) -> Path:
+        return self._write(self.shard_path(key, rows), key, outputs,
+                           {**material, "rows": list(rows)})
+
+    def drop_shards(self, key: str) -> None:
+        import shutil
+
+        shutil.rmtree(self.root / "shards" / key, ignore_errors=True)
+
+    def _write(self, path: Path, key: str, outputs: ModelOutputs, material: dict) -> Path:
         with atomic_path(path, suffix=".npz") as tmp:
             with open(tmp, "wb") as fh:
                 outputs.to_npz(fh)
