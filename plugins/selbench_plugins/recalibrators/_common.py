@@ -1,19 +1,26 @@
-"""Helpers shared by the built-in recalibrators (private): equal-mass binning and fitting
-equal recalibrators once."""
+"""Helpers shared by the built-in recalibrators (private): equal-mass binning, fitting
+equal recalibrators once, the base of the differentiable ones that fit a module from the data
+alone, and what binary / top-label scaling of one probability (``platt``, ``beta``) shares."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from selbench.api import DifferentiableRecalibrator, FitContext
+from selbench.checks import NotFittedError, check_outputs
 from selbench.data import ModelOutputs
-from selbench.torchutils import equal_groups
+from selbench.torchutils import EVAL_CHUNK, device_of, equal_groups, run_module
 
-__all__ = ["bin_means", "equal_mass_edges", "fit_once_per_data", "lookup_bins", "one_torch_thread"]
+__all__ = [
+    "BatchedBinaryOrTopLabel", "BinaryOrTopLabelModule", "BinaryOrTopLabelRecalibrator",
+    "FittedModuleRecalibrator", "bin_means", "equal_mass_edges", "fit_once_per_data",
+    "lookup_bins", "one_torch_thread",
+]
 
 
 @contextlib.contextmanager
@@ -161,3 +168,249 @@ def bin_means(edges: np.ndarray, values: np.ndarray, targets: np.ndarray) -> np.
     with np.errstate(invalid="ignore", divide="ignore"):
         means = np.where(counts > 0, sums / np.maximum(counts, 1.0), mid)
     return means
+
+
+class FittedModuleRecalibrator(DifferentiableRecalibrator):
+    """Base of the built-in differentiable recalibrators whose :meth:`fit` is a deterministic
+    function of their parameters and the data alone (it reads neither the seed nor β) and
+    builds their live module ``module_``: ``temperature``, ``ensemble-temperature`` and
+    :class:`BinaryOrTopLabelRecalibrator`'s ``platt``, ``beta``.
+
+    Gives :meth:`fit_many` (:func:`fit_once_per_data`), the checks (named by ``_name``, the
+    registered name), :meth:`confidence` through the live module (``run_module``, clipped to
+    [0, 1]) and :meth:`module`, which returns ``module_``. Their modules provide the full
+    log-probability vector; nothing works before :meth:`fit`."""
+
+    provides_log_probs = True
+    usable_unfitted = False
+    #: the registered name, in messages
+    _name: ClassVar[str]
+
+    @classmethod
+    def fit_many(cls, recalibrators, outputs, contexts) -> None:
+        """Fit each of ``recalibrators`` on its ``outputs`` as :meth:`fit` would; the fit
+        depends on the logits and labels only, so equal data are fitted once and copied."""
+        fit_once_per_data(recalibrators, outputs, contexts)
+
+    def _check_fitted(self) -> None:
+        if getattr(self, "module_", None) is None:
+            raise NotFittedError(f"recalibrator '{self._name}' is not fitted; call fit first")
+
+    def _check(self, outputs: ModelOutputs) -> None:
+        """``outputs`` are model outputs and the recalibrator is fitted."""
+        check_outputs(outputs, f"recalibrator '{self._name}'")
+        self._check_fitted()
+
+    def confidence(self, outputs: ModelOutputs) -> np.ndarray:
+        self._check(outputs)
+        return np.clip(run_module(self.module_, outputs.logits), 0.0, 1.0)
+
+    def module(self, outputs: ModelOutputs, context: FitContext) -> torch.nn.Module:
+        self._check_fitted()
+        return self.module_
+
+
+class BinaryOrTopLabelRecalibrator(FittedModuleRecalibrator):
+    """Base of the recalibrators of one probability, ``platt`` and ``beta``: binary mode
+    (K=2) recalibrates p(class 1) and predicts the top label of ``[1-p1', p1']`` (which may
+    differ from ``argmax(logits)``); top-label mode recalibrates the max prob and keeps the
+    prediction. ``mode`` is the parameter (``auto``: binary when K=2), ``mode_`` the mode
+    fitted; ``module_`` is a :class:`BinaryOrTopLabelModule`, fitted by the subclass's
+    ``_fit_module``."""
+
+    def fit(self, outputs: ModelOutputs, context: FitContext) -> BinaryOrTopLabelRecalibrator:
+        check_outputs(outputs, f"recalibrator '{self._name}'", min_rows=1)
+        mode = self._resolve_mode(outputs.num_classes)
+        module = self._fit_module(outputs, mode)
+        self.mode_ = mode
+        self.num_classes_ = outputs.num_classes
+        self.module_ = module
+        return self
+
+    def _fit_module(self, outputs: ModelOutputs, mode: str) -> BinaryOrTopLabelModule:
+        """Fit on ``outputs`` in ``mode`` (binary or top-label): set the fitted float64
+        parameters (``*_fit_``) and return the module holding them."""
+        raise NotImplementedError
+
+    def _resolve_mode(self, k: int) -> str:
+        if self.mode == "auto":
+            return "binary" if k == 2 else "top-label"
+        if self.mode == "binary" and k != 2:
+            raise ValueError(
+                f"logits: {self._name} mode 'binary' needs K=2 classes, got K={k}; "
+                "use mode 'top-label' or 'auto'"
+            )
+        return self.mode
+
+    def _check(self, outputs: ModelOutputs) -> None:
+        super()._check(outputs)
+        if self.mode_ == "binary" and outputs.num_classes != 2:
+            raise ValueError(f"logits: {self._name} was fitted in binary mode (K=2), "
+                             f"got K={outputs.num_classes}")
+
+    def predict(self, outputs: ModelOutputs) -> np.ndarray:
+        """Binary mode: the top label of ``[1-p1', p1']`` (see the class docstring), computed
+        by the live module; top-label mode: ``argmax(logits)``."""
+        self._check(outputs)
+        if self.mode_ != "binary":
+            return outputs.predictions()
+        module = self.module_
+        device = device_of(module)
+        parts = []
+        for start in range(0, len(outputs), EVAL_CHUNK):
+            chunk = torch.tensor(outputs.logits[start : start + EVAL_CHUNK]).to(device)
+            parts.append(module.predict(chunk).cpu().numpy())
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+    def module(self, outputs: ModelOutputs, context: FitContext) -> torch.nn.Module:
+        self._check(outputs)
+        return self.module_
+
+
+class BinaryOrTopLabelModule(torch.nn.Module):
+    """``forward(logits, features) -> (confidence, log_probs)`` and :meth:`predict` of a
+    :class:`BinaryOrTopLabelRecalibrator`'s module, which maps the logit ``u`` of one
+    probability to ``t = self._t(u)`` (the subclass's map, which clips ``u`` itself) and
+    recalibrates that probability to ``sigmoid(t)``; ``binary`` says the mode.
+
+    * binary: ``u = z_1 - z_0`` and ``p1' = sigmoid(t)``; log_probs ``[log(1-p1'),
+      log p1']``, the prediction its top label (class 1 when ``t > 0``, see
+      :meth:`predict`; it may differ from ``argmax(logits)``) and the confidence that
+      label's probability ``max(p1', 1-p1') = sigmoid(|t|)``, never below 0.5;
+    * top-label: ``u = -log sum_{j != top} exp(z_j - z_top)`` (the logit of the max prob)
+      and the confidence ``c = sigmoid(t)``; log_probs puts ``log c`` on the predicted class
+      and shares ``1 - c`` among the others in proportion to their original probabilities:
+      ``log p_k' = log(1-c) + z_k - logsumexp_{j != top} z_j``.
+    """
+
+    def __init__(self, binary: bool, **params: float):
+        """The scalar parameters ``params`` (float32, in that order) and the mode."""
+        super().__init__()
+        for name, value in params.items():
+            setattr(self, name, torch.nn.Parameter(torch.tensor(float(value), dtype=torch.float32)))
+        self.binary = bool(binary)
+
+    @property
+    def changes_prediction(self) -> bool:
+        """Binary mode can change the predicted class (see :meth:`predict`)."""
+        return self.binary
+
+    def _t(self, u: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, logits: torch.Tensor, features: torch.Tensor | None = None):
+        logsig = torch.nn.functional.logsigmoid
+        if self.binary:
+            t = self._t(logits[:, 1] - logits[:, 0])
+            log_probs = torch.stack([logsig(-t), logsig(t)], dim=-1)
+            return logsig(t.abs()).exp(), log_probs  # max(p1', 1 - p1')
+        top, idx = logits.max(dim=-1)
+        rest = logits.scatter(-1, idx[:, None], float("-inf"))
+        lse_rest = torch.logsumexp(rest, dim=-1)
+        t = self._t(top - lse_rest)
+        log_c = logsig(t)
+        log_rest = (rest - lse_rest[:, None]) + logsig(-t)[:, None]
+        return log_c.exp(), log_rest.scatter(-1, idx[:, None], log_c[:, None])
+
+    @torch.no_grad()
+    def predict(self, logits: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        """The recalibrated prediction, int64 ``[B]``: binary, the top label of
+        ``[1-p1', p1']`` (1 when ``t > 0``, else 0); top-label, ``argmax(logits)``."""
+        if self.binary:
+            return (self._t(logits[:, 1] - logits[:, 0]) > 0).long()
+        return logits.argmax(dim=-1)
+
+
+class BatchedBinaryOrTopLabel(torch.nn.Module):
+    """R :class:`BinaryOrTopLabelModule` replicas trained as one (hand-stacked for the
+    training engine, :mod:`selbench.engine`): the scalar parameters ``_params`` of the
+    replicas stacked to shape ``[R]``; all replicas must share the mode.
+
+    :meth:`prepare` computes each example's logit ``u`` once, the subclass's inputs of its
+    map from it (``_inputs``), and what the label's log-probability needs: binary, the signs
+    selecting ``log p1'`` or ``log(1 - p1')``; top-label, whether the label is the predicted
+    class and else ``z_y - logsumexp_{j != top} z_j``. A step is then elementwise in
+    ``t = self._t(batch)`` ``[R, B]``, where ``torch.func`` would recompute the log-sum-exp
+    of the logits at every step, giving the values the replicas' modules compute (to float
+    rounding). :meth:`correct` gives, in binary mode, each replica's correctness of its
+    recalibrated prediction."""
+
+    uses_features = False
+    #: the replicas' scalar parameters, in order
+    _params: ClassVar[tuple[str, ...]]
+    #: the modules and the method, in messages
+    _modules_name: ClassVar[str]
+    _method_name: ClassVar[str]
+
+    def __init__(self, modules: list[BinaryOrTopLabelModule]):
+        super().__init__()
+        modes = {m.binary for m in modules}
+        if len(modes) != 1:
+            raise ValueError(f"binary and top-label {self._modules_name} modules cannot be "
+                             "stacked")
+        self.binary = modes.pop()
+        self.changes_prediction = self.binary
+        self.replicas = len(modules)
+        for name in self._params:
+            values = torch.stack([getattr(m, name).detach().clone() for m in modules])
+            setattr(self, name, torch.nn.Parameter(values))
+
+    def _inputs(self, u: torch.Tensor) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def _t(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def prepare(
+        self, logits: torch.Tensor, features: torch.Tensor | None, labels: torch.Tensor | None
+    ) -> dict[str, torch.Tensor]:
+        if self.binary:
+            u = logits[..., 1] - logits[..., 0]
+        else:
+            top, idx = logits.max(dim=-1)
+            rest = logits.scatter(-1, idx.unsqueeze(-1), float("-inf"))
+            lse_rest = torch.logsumexp(rest, dim=-1)
+            u = top - lse_rest
+        out = self._inputs(u)
+        if labels is not None:
+            if self.binary:
+                one = torch.ones_like(u)
+                out["label_sign"] = torch.where(labels == 1, one, -one)
+            else:
+                is_top = labels == idx
+                z_y = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+                out["is_top"] = is_top
+                out["rest_y"] = torch.where(is_top, torch.zeros_like(z_y), z_y - lse_rest)
+        return out
+
+    def forward(self, batch: dict[str, torch.Tensor], features: torch.Tensor | None,
+                need_log_prob: bool):
+        t = self._t(batch)
+        logsig = torch.nn.functional.logsigmoid
+        if self.binary:
+            conf = logsig(t.abs()).exp()
+            return conf, (logsig(batch["label_sign"] * t) if need_log_prob else None)
+        log_c = logsig(t)
+        conf = log_c.exp()
+        if not need_log_prob:
+            return conf, None
+        other = batch["rest_y"] + logsig(-t)
+        return conf, torch.where(batch["is_top"], log_c, other)
+
+    @torch.no_grad()
+    def correct(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Binary: 1.0 where replica ``r``'s prediction (class 1 iff ``t > 0``) is the label,
+        ``[R, B]``, in the dtype of the prepared inputs; needs ``batch["label_sign"]``
+        (``prepare`` with labels)."""
+        if not self.binary:
+            raise ValueError(f"top-label {self._method_name} keeps the prediction; use the "
+                             "data's correctness")
+        pred1 = self._t(batch) > 0
+        return (pred1 == (batch["label_sign"] > 0)).to(batch["label_sign"].dtype)
+
+    @torch.no_grad()
+    def write_back(self, modules: list[BinaryOrTopLabelModule]) -> None:
+        for r, module in enumerate(modules):
+            for name in self._params:
+                getattr(module, name).copy_(getattr(self, name)[r])

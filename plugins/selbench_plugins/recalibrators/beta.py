@@ -9,13 +9,10 @@ from typing import Annotated, ClassVar
 import numpy as np
 import torch
 from pydantic import Field
-from selbench.api import DifferentiableRecalibrator, FitContext
-from selbench.checks import NotFittedError, check_outputs
 from selbench.data import ModelOutputs
-from selbench.torchutils import EVAL_CHUNK, device_of, run_module
 
-from ._common import fit_once_per_data, one_torch_thread
-from .platt import Mode, fit_logistic, platt_targets
+from ._common import BatchedBinaryOrTopLabel, BinaryOrTopLabelModule, BinaryOrTopLabelRecalibrator
+from .platt import Mode, fit_logistic, platt_targets, probability_logit
 
 #: ``betacal`` clips the probability ``s`` to ``[eps, 1 - eps]`` (``eps`` of float64); on
 #: the logit ``u = log(s / (1 - s))`` that is ``|u| <= log((1 - eps) / eps)`` (36.04).
@@ -27,9 +24,6 @@ BetaMode = Annotated[Mode, Field(
     "correctness on the max prob; auto: binary when K=2, else top-label",
 )]
 
-#: Logit elements per block of :func:`beta_logits` (a float64 block of 2 MB).
-_INPUT_BLOCK = 1 << 18
-
 
 def beta_logits(logits: np.ndarray, mode: str) -> np.ndarray:
     """The logit ``u = log(s / (1 - s))`` of the probability ``s`` beta calibration
@@ -37,25 +31,9 @@ def beta_logits(logits: np.ndarray, mode: str) -> np.ndarray:
     binary, ``z_1 - z_0`` (``s = p(class 1)``); top-label, ``-log sum_{j != top}
     exp(z_j - z_top)`` (``s`` the max prob; the first maximal class is left out, which
     does not change the value), block by block on one torch thread. Computed from the
-    logits, not from ``s``: ``log(1 - s)`` keeps its precision where ``s`` rounds to 1."""
-    z = np.asarray(logits)
-    if not np.issubdtype(z.dtype, np.floating):
-        z = z.astype(np.float64)
-    if mode == "binary":
-        u = z[:, 1].astype(np.float64) - z[:, 0].astype(np.float64)
-        return np.clip(u, -BETA_LOGIT_CLIP, BETA_LOGIT_CLIP, out=u)
-    zt = torch.from_numpy(np.ascontiguousarray(z))
-    n, k = zt.shape
-    out = torch.empty(n, dtype=torch.float64)
-    rows = max(1, _INPUT_BLOCK // max(k, 1))
-    with one_torch_thread():
-        for start in range(0, n, rows):
-            block = zt[start:start + rows]
-            top, idx = block.max(dim=1, keepdim=True)
-            e = block.to(torch.float64, copy=True).sub_(top.to(torch.float64)).exp_()
-            e.scatter_(1, idx, 0.0)
-            torch.log(e.sum(dim=1), out=out[start:start + rows]).neg_()
-    return out.clamp_(-BETA_LOGIT_CLIP, BETA_LOGIT_CLIP).numpy()
+    logits, not from ``s``: ``log(1 - s)`` keeps its precision where ``s`` rounds to 1
+    (:func:`~.platt.probability_logit`)."""
+    return probability_logit(logits, mode, BETA_LOGIT_CLIP)
 
 
 def beta_features(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -195,7 +173,7 @@ def _features_t(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.nn.functional.logsigmoid(u), -torch.nn.functional.logsigmoid(-u)
 
 
-class BetaModule(torch.nn.Module):
+class BetaModule(BinaryOrTopLabelModule):
     """``forward(logits, features) -> (confidence, log_probs)`` of beta calibration.
 
     ``t = c + a log s - b log(1 - s)`` where ``s = sigmoid(u)`` and ``u`` is the logit of
@@ -213,42 +191,11 @@ class BetaModule(torch.nn.Module):
     """
 
     def __init__(self, a: float, b: float, c: float, binary: bool):
-        super().__init__()
-        self.a = torch.nn.Parameter(torch.tensor(float(a), dtype=torch.float32))
-        self.b = torch.nn.Parameter(torch.tensor(float(b), dtype=torch.float32))
-        self.c = torch.nn.Parameter(torch.tensor(float(c), dtype=torch.float32))
-        self.binary = bool(binary)
-
-    @property
-    def changes_prediction(self) -> bool:
-        """Binary beta calibration can change the predicted class (see :meth:`predict`)."""
-        return self.binary
+        super().__init__(binary, a=a, b=b, c=c)
 
     def _t(self, u: torch.Tensor) -> torch.Tensor:
         x1, x2 = _features_t(u.clamp(-BETA_LOGIT_CLIP, BETA_LOGIT_CLIP))
         return self.c + non_negative(self.a) * x1 + non_negative(self.b) * x2
-
-    def forward(self, logits: torch.Tensor, features: torch.Tensor | None = None):
-        logsig = torch.nn.functional.logsigmoid
-        if self.binary:
-            t = self._t(logits[:, 1] - logits[:, 0])
-            log_probs = torch.stack([logsig(-t), logsig(t)], dim=-1)
-            return logsig(t.abs()).exp(), log_probs
-        top, idx = logits.max(dim=-1)
-        rest = logits.scatter(-1, idx[:, None], float("-inf"))
-        lse_rest = torch.logsumexp(rest, dim=-1)
-        t = self._t(top - lse_rest)
-        log_c = logsig(t)
-        log_rest = (rest - lse_rest[:, None]) + logsig(-t)[:, None]
-        return log_c.exp(), log_rest.scatter(-1, idx[:, None], log_c[:, None])
-
-    @torch.no_grad()
-    def predict(self, logits: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
-        """The recalibrated prediction, int64 ``[B]``: binary, the top label of
-        ``[1-p1', p1']`` (1 when ``t > 0``, else 0); top-label, ``argmax(logits)``."""
-        if self.binary:
-            return (self._t(logits[:, 1] - logits[:, 0]) > 0).long()
-        return logits.argmax(dim=-1)
 
     @classmethod
     def stacked(cls, modules: list[BetaModule]) -> BatchedBeta:
@@ -256,7 +203,7 @@ class BetaModule(torch.nn.Module):
         return BatchedBeta(modules)
 
 
-class BatchedBeta(torch.nn.Module):
+class BatchedBeta(BatchedBinaryOrTopLabel):
     """R :class:`BetaModule` replicas trained as one (hand-stacked for the training engine,
     :mod:`selbench.engine`): :meth:`prepare` computes each example's regressors
     ``log s``, ``-log(1 - s)`` once (and what the label's log-probability needs: binary,
@@ -267,79 +214,19 @@ class BatchedBeta(torch.nn.Module):
     ``[R]``; all replicas share the mode. The values are those :class:`BetaModule`
     computes (to float rounding)."""
 
-    uses_features = False
+    _params = ("a", "b", "c")
+    _modules_name, _method_name = "beta", "beta calibration"
 
-    def __init__(self, modules: list[BetaModule]):
-        super().__init__()
-        modes = {m.binary for m in modules}
-        if len(modes) != 1:
-            raise ValueError("binary and top-label beta modules cannot be stacked")
-        self.binary = modes.pop()
-        self.changes_prediction = self.binary
-        self.replicas = len(modules)
-        for name in ("a", "b", "c"):
-            values = torch.stack([getattr(m, name).detach().clone() for m in modules])
-            setattr(self, name, torch.nn.Parameter(values))
-
-    @torch.no_grad()
-    def prepare(
-        self, logits: torch.Tensor, features: torch.Tensor | None, labels: torch.Tensor | None
-    ) -> dict[str, torch.Tensor]:
-        if self.binary:
-            u = logits[..., 1] - logits[..., 0]
-        else:
-            top, idx = logits.max(dim=-1)
-            rest = logits.scatter(-1, idx.unsqueeze(-1), float("-inf"))
-            lse_rest = torch.logsumexp(rest, dim=-1)
-            u = top - lse_rest
+    def _inputs(self, u: torch.Tensor) -> dict[str, torch.Tensor]:
         x1, x2 = _features_t(u.clamp(-BETA_LOGIT_CLIP, BETA_LOGIT_CLIP))
-        out = {"x1": x1, "x2": x2}
-        if labels is not None:
-            if self.binary:
-                one = torch.ones_like(u)
-                out["label_sign"] = torch.where(labels == 1, one, -one)
-            else:
-                is_top = labels == idx
-                z_y = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-                out["is_top"] = is_top
-                out["rest_y"] = torch.where(is_top, torch.zeros_like(z_y), z_y - lse_rest)
-        return out
+        return {"x1": x1, "x2": x2}
 
     def _t(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         a, b = non_negative(self.a)[:, None], non_negative(self.b)[:, None]
         return self.c[:, None] + a * batch["x1"] + b * batch["x2"]
 
-    def forward(self, batch: dict[str, torch.Tensor], features: torch.Tensor | None,
-                need_log_prob: bool):
-        t = self._t(batch)
-        logsig = torch.nn.functional.logsigmoid
-        if self.binary:
-            conf = logsig(t.abs()).exp()
-            return conf, (logsig(batch["label_sign"] * t) if need_log_prob else None)
-        log_c = logsig(t)
-        if not need_log_prob:
-            return log_c.exp(), None
-        other = batch["rest_y"] + logsig(-t)
-        return log_c.exp(), torch.where(batch["is_top"], log_c, other)
 
-    @torch.no_grad()
-    def correct(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Binary: 1.0 where replica ``r``'s prediction (class 1 iff ``t > 0``) is the label,
-        ``[R, B]``; needs ``batch["label_sign"]`` (``prepare`` with labels)."""
-        if not self.binary:
-            raise ValueError("top-label beta calibration keeps the prediction; use the "
-                             "data's correctness")
-        return ((self._t(batch) > 0) == (batch["label_sign"] > 0)).to(batch["x1"].dtype)
-
-    @torch.no_grad()
-    def write_back(self, modules: list[BetaModule]) -> None:
-        for r, module in enumerate(modules):
-            module.a.copy_(self.a[r])
-            module.b.copy_(self.b[r])
-            module.c.copy_(self.c[r])
-
-
-class BetaCalibration(DifferentiableRecalibrator):
+class BetaCalibration(BinaryOrTopLabelRecalibrator):
     """Beta calibration of the binary or top-label probability (Kull, Silva Filho & Flach, AISTATS 2017).
 
     The probability ``s`` is mapped to ``1 / (1 + 1 / (exp(c) s^a / (1 - s)^b))`` with
@@ -359,46 +246,15 @@ class BetaCalibration(DifferentiableRecalibrator):
     reference: ClassVar[str] = (
         "Kull, Silva Filho & Flach, Beta calibration: a well-founded and easily implemented "
         "improvement on logistic calibration for binary classifiers, AISTATS 2017")
-    provides_log_probs = True
-    usable_unfitted = False
+    _name = "beta"
 
     def __init__(self, mode: BetaMode = "auto") -> None:
         self.mode = mode
 
-    def _resolve_mode(self, k: int) -> str:
-        if self.mode == "auto":
-            return "binary" if k == 2 else "top-label"
-        if self.mode == "binary" and k != 2:
-            raise ValueError(
-                f"logits: beta mode 'binary' needs K=2 classes, got K={k}; "
-                "use mode 'top-label' or 'auto'"
-            )
-        return self.mode
-
-    @classmethod
-    def fit_many(cls, recalibrators, outputs, contexts) -> None:
-        """Fit each of ``recalibrators`` on its ``outputs`` as :meth:`fit` would; the fit
-        depends on the logits and labels only, so equal data are fitted once and copied."""
-        fit_once_per_data(recalibrators, outputs, contexts)
-
-    def fit(self, outputs: ModelOutputs, context: FitContext) -> BetaCalibration:
-        check_outputs(outputs, "recalibrator 'beta'", min_rows=1)
-        mode = self._resolve_mode(outputs.num_classes)
+    def _fit_module(self, outputs: ModelOutputs, mode: str) -> BetaModule:
         a, b, c = fit_beta(beta_logits(outputs.logits, mode), platt_targets(outputs, mode))
-        self.mode_ = mode
-        self.num_classes_ = outputs.num_classes
         self.a_fit_, self.b_fit_, self.c_fit_ = a, b, c
-        self.module_ = BetaModule(a, b, c, binary=(mode == "binary"))
-        return self
-
-    def _check(self, outputs: ModelOutputs) -> None:
-        check_outputs(outputs, "recalibrator 'beta'")
-        if getattr(self, "module_", None) is None:
-            raise NotFittedError("recalibrator 'beta' is not fitted; call fit first")
-        if self.mode_ == "binary" and outputs.num_classes != 2:
-            raise ValueError(
-                f"logits: beta was fitted in binary mode (K=2), got K={outputs.num_classes}"
-            )
+        return BetaModule(a, b, c, binary=(mode == "binary"))
 
     @property
     def a_(self) -> float:
@@ -411,25 +267,3 @@ class BetaCalibration(DifferentiableRecalibrator):
     @property
     def c_(self) -> float:
         return float(self.module_.c.detach().cpu())
-
-    def confidence(self, outputs: ModelOutputs) -> np.ndarray:
-        self._check(outputs)
-        return np.clip(run_module(self.module_, outputs.logits), 0.0, 1.0)
-
-    def predict(self, outputs: ModelOutputs) -> np.ndarray:
-        """Binary mode: the top label of ``[1-p1', p1']`` (see the class docstring), computed
-        by the live module; top-label mode: ``argmax(logits)``."""
-        self._check(outputs)
-        if self.mode_ != "binary":
-            return outputs.predictions()
-        module = self.module_
-        device = device_of(module)
-        parts = []
-        for start in range(0, len(outputs), EVAL_CHUNK):
-            chunk = torch.tensor(outputs.logits[start : start + EVAL_CHUNK]).to(device)
-            parts.append(module.predict(chunk).cpu().numpy())
-        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
-
-    def module(self, outputs: ModelOutputs, context: FitContext) -> torch.nn.Module:
-        self._check(outputs)
-        return self.module_

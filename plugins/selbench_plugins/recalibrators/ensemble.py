@@ -9,15 +9,22 @@ from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import torch
-from pydantic import Field, model_validator
-from selbench.api import DifferentiableRecalibrator, FitContext, Params
-from selbench.checks import NotFittedError, check_outputs
+from pydantic import Field
+from selbench.api import FitContext
+from selbench.checks import check_outputs
 from selbench.data import ModelOutputs
 from selbench.torchutils import EVAL_CHUNK, device_of
 
-from ._common import fit_once_per_data, one_torch_thread
+from ._common import one_torch_thread
 from .beta import non_negative
-from .temperature import fit_temperature
+from .temperature import (
+    MaxTemperature,
+    MinTemperature,
+    TemperatureBase,
+    fit_temperature,
+    newton_root,
+    subsample_stride,
+)
 
 Loss = Literal["mse", "ce"]
 
@@ -25,8 +32,6 @@ Loss = Literal["mse", "ce"]
 #: A pass of the MSE derivatives over 50,000 x 1,000 logits: 120 ms with NumPy on one
 #: thread, 133 ms with torch (its float64 row sums were slower still).
 _BLOCK = 1 << 16
-#: Logit elements of the strided subsample whose fit starts the fit on large inputs.
-_SUBSAMPLE = 1 << 21
 
 
 class _Blocks:
@@ -112,68 +117,25 @@ def _mse_derivatives(blocks: _Blocks, beta: float) -> tuple[float, float, float]
     return loss, grad, hess
 
 
-def _newton_root(derivatives: Callable[[float], tuple[float, float, float]], beta: float,
-                 lo: float, hi: float, tol: float) -> float:
-    """A minimum of a function of ``beta`` in ``[lo, hi]`` (a bound when the derivative has
-    no sign change there) by a safeguarded Newton iteration on its derivative, from
-    ``beta``.
-
-    The bracket ``[a, c]`` with a negative derivative at ``a`` and a positive one at ``c``
-    (once evaluated) holds a minimum. A Newton step that leaves it, or a non-positive
-    second derivative, is replaced by the secant between the bracket's ends when both have
-    been evaluated (their geometric mean when the secant stalls) and otherwise by a step of
-    a factor 2 towards the unexplored side (the MSE is concave around T = 1 for
-    over-confident logits: a larger factor overshot to the bound and took 7 passes instead
-    of 4 on a 50,000 x 100 test). Stops once a step is below ``tol * beta``: Newton's
-    convergence is quadratic, so that step is accurate to about ``tol**2``.
-    """
-    a, c = lo, hi
-    ga = gc = None
-    b = min(max(beta, lo), hi)
-    for _ in range(100):
-        _, g, h = derivatives(b)
-        if g == 0.0:
-            return b
-        if g < 0:
-            if b >= hi:
-                return hi
-            a, ga = b, g
-        else:
-            if b <= lo:
-                return lo
-            c, gc = b, g
-        new = b - g / h if h > 0 else math.inf
-        if not a < new < c:
-            if ga is not None and gc is not None:
-                new = a - ga * (c - a) / (gc - ga)
-                if not (a < new < c) or min(new - a, c - new) < 0.01 * (c - a):
-                    new = math.sqrt(a * c)
-            elif ga is None:
-                new = max(b / 2.0, lo)
-            else:
-                new = min(b * 2.0, hi)
-        if abs(new - b) <= tol * b or (c - a) <= 1e-15 * c:
-            return new
-        b = new
-    return b
-
-
 def fit_mse_temperature(blocks: _Blocks, t_min: float, t_max: float) -> float:
     """The temperature minimising the MSE of ``softmax(z / T)`` (the authors' ``mse_t``)
     over ``[t_min, t_max]``, from T = 1 (their start).
 
-    Safeguarded Newton in the inverse temperature (:func:`_newton_root`, one pass of
-    :func:`_mse_derivatives` per step); on large inputs a fit on an evenly strided
-    subsample of the rows gives the start, so the full data need two or three passes. The
-    MSE need not be convex in ``1 / T``: like the authors' L-BFGS-B, this finds a local
-    minimum (the one a descent from T = 1 reaches when the function is unimodal)."""
+    Safeguarded Newton in the inverse temperature (:func:`~.temperature.newton_root`, one
+    pass of :func:`_mse_derivatives` per step), whose steps towards an unexplored side are
+    of a factor 2 (the MSE is concave around T = 1 for over-confident logits: a larger
+    factor overshot to the bound and took 7 passes instead of 4 on a 50,000 x 100 test);
+    on large inputs a fit on an evenly strided subsample of the rows gives the start, so
+    the full data need two or three passes. The MSE need not be convex in ``1 / T``: like
+    the authors' L-BFGS-B, this finds a local minimum (the one a descent from T = 1
+    reaches when the function is unimodal)."""
     lo, hi = 1.0 / t_max, 1.0 / t_min
     b = 1.0
-    stride = blocks.n * blocks.k // _SUBSAMPLE
-    if stride >= 4 and blocks.n // stride >= 200:
+    stride = subsample_stride(blocks.n, blocks.k)
+    if stride:
         sub = blocks.subsample(stride)
-        b = _newton_root(lambda x: _mse_derivatives(sub, x), b, lo, hi, 1e-3)
-    b = _newton_root(lambda x: _mse_derivatives(blocks, x), b, lo, hi, 1e-6)
+        b = newton_root(lambda x: _mse_derivatives(sub, x), b, lo, hi, 1e-3, 2.0)
+    b = newton_root(lambda x: _mse_derivatives(blocks, x), b, lo, hi, 1e-6, 2.0)
     return float(min(max(1.0 / b, t_min), t_max))
 
 
@@ -401,17 +363,7 @@ class EnsembleTemperatureModule(torch.nn.Module):
         return w[0] * p0 + w[1] * p1 + w[2] / logits.shape[-1]
 
 
-class _TemperatureBounds(Params):
-    """``min_temperature < max_temperature``."""
-
-    @model_validator(mode="after")
-    def _bounds(self):
-        if self.min_temperature >= self.max_temperature:
-            raise ValueError("min_temperature must be smaller than max_temperature")
-        return self
-
-
-class EnsembleTemperatureScaling(DifferentiableRecalibrator):
+class EnsembleTemperatureScaling(TemperatureBase):
     """Mix-n-Match ensemble temperature scaling (Zhang, Kailkhura & Han, ICML 2020).
 
     The recalibrated distribution is ``w0 softmax(z / T) + w1 softmax(z) + w2 / K`` with
@@ -431,29 +383,19 @@ class EnsembleTemperatureScaling(DifferentiableRecalibrator):
     reference: ClassVar[str] = (
         "Zhang, Kailkhura & Han, Mix-n-Match: Ensemble and Compositional Methods for Uncertainty "
         "Calibration in Deep Learning, ICML 2020")
-    provides_log_probs = True
-    usable_unfitted = False
-    params_base = _TemperatureBounds
+    _name = "ensemble-temperature"
 
     def __init__(
         self,
         loss: Annotated[Loss, Field(
             description="what T and the weights minimise: mse (the authors' default, the "
             "squared error against the one-hot label) or ce (cross entropy)")] = "mse",
-        min_temperature: Annotated[float, Field(
-            gt=0, description="lower bound of the fitted temperature T")] = 0.05,
-        max_temperature: Annotated[float, Field(
-            gt=0, description="upper bound of the fitted temperature T")] = 5.0,
+        min_temperature: MinTemperature = 0.05,
+        max_temperature: MaxTemperature = 5.0,
     ) -> None:
         self.loss = loss
         self.min_temperature = min_temperature
         self.max_temperature = max_temperature
-
-    @classmethod
-    def fit_many(cls, recalibrators, outputs, contexts) -> None:
-        """Fit each of ``recalibrators`` on its ``outputs`` as :meth:`fit` would; the fit
-        depends on the logits and labels only, so equal data are fitted once and copied."""
-        fit_once_per_data(recalibrators, outputs, contexts)
 
     def fit(self, outputs: ModelOutputs, context: FitContext) -> EnsembleTemperatureScaling:
         check_outputs(outputs, "recalibrator 'ensemble-temperature'", min_rows=1)
@@ -463,17 +405,6 @@ class EnsembleTemperatureScaling(DifferentiableRecalibrator):
         self.weights_fit_ = w
         self.module_ = EnsembleTemperatureModule(t, w)
         return self
-
-    def _check_fitted(self) -> None:
-        if getattr(self, "module_", None) is None:
-            raise NotFittedError(
-                "recalibrator 'ensemble-temperature' is not fitted; call fit first")
-
-    @property
-    def T_(self) -> float:
-        """The current temperature (changes when a joint scheme trains the module)."""
-        self._check_fitted()
-        return float(self.module_.log_t.detach().exp().cpu())
 
     @property
     def weights_(self) -> np.ndarray:
@@ -486,8 +417,7 @@ class EnsembleTemperatureScaling(DifferentiableRecalibrator):
         """The live module's confidence (:meth:`EnsembleTemperatureModule.top_confidence`,
         chunked on the module's device): the ``[3, B, K]`` mixture of ``forward`` is not
         formed."""
-        check_outputs(outputs, "recalibrator 'ensemble-temperature'")
-        self._check_fitted()
+        self._check(outputs)
         module = self.module_
         device = device_of(module)
         parts = [np.zeros(0)]
@@ -495,7 +425,3 @@ class EnsembleTemperatureScaling(DifferentiableRecalibrator):
             chunk = torch.tensor(outputs.logits[start:start + EVAL_CHUNK]).to(device)
             parts.append(module.top_confidence(chunk).to("cpu", torch.float64).numpy())
         return np.clip(np.concatenate(parts), 0.0, 1.0)
-
-    def module(self, outputs: ModelOutputs, context: FitContext) -> torch.nn.Module:
-        self._check_fitted()
-        return self.module_

@@ -45,13 +45,13 @@ import numpy as np
 import scipy.optimize
 import torch
 from pydantic import Field, model_validator
-from selbench.api import DifferentiableRecalibrator, FitContext, Params
+from selbench.api import FitContext, Params
 from selbench.checks import NotFittedError, check_outputs
 from selbench.data import ModelOutputs
-from selbench.torchutils import EVAL_CHUNK, device_of, run_module
+from selbench.torchutils import EVAL_CHUNK, device_of
 from threadpoolctl import threadpool_limits
 
-from ._common import fit_once_per_data, one_torch_thread
+from ._common import FittedModuleRecalibrator, one_torch_thread
 from .temperature import fit_temperature
 
 __all__ = [
@@ -546,36 +546,22 @@ RegLambda = Annotated[float, Field(
     "NLL on CIFAR-100)")]
 
 
-class _AffineBase(DifferentiableRecalibrator):
-    """Shared checks, confidence and prediction of the three affine recalibrators."""
+class _AffineBase(FittedModuleRecalibrator):
+    """Shared checks and prediction of the three affine recalibrators (``fit_many``, and
+    ``confidence`` — the calibrated probability of the calibrated prediction, computed by the
+    live module — come from :class:`FittedModuleRecalibrator`)."""
 
-    provides_log_probs = True
-    usable_unfitted = False
-    _label: ClassVar[str] = ""
-
-    @classmethod
-    def fit_many(cls, recalibrators, outputs, contexts) -> None:
-        """Fit each of ``recalibrators`` on its ``outputs`` as :meth:`fit` would; the fit
-        depends on the logits and labels only, so equal data are fitted once and copied."""
-        fit_once_per_data(recalibrators, outputs, contexts)
+    _name: ClassVar[str] = ""
 
     def _who(self) -> str:
-        return f"recalibrator {self._label!r}"
+        return f"recalibrator {self._name!r}"
 
     def _check(self, outputs: ModelOutputs) -> None:
-        check_outputs(outputs, self._who())
-        if getattr(self, "module_", None) is None:
-            raise NotFittedError(f"{self._who()} is not fitted; call fit first")
+        super()._check(outputs)
         if outputs.num_classes != self.num_classes_:
             raise ValueError(
                 f"logits: {self._who()} was fitted on K={self.num_classes_} classes, got "
                 f"K={outputs.num_classes}")
-
-    def confidence(self, outputs: ModelOutputs) -> np.ndarray:
-        """The calibrated probability of the calibrated prediction (:meth:`predict`),
-        computed by the live module."""
-        self._check(outputs)
-        return np.clip(run_module(self.module_, outputs.logits), 0.0, 1.0)
 
     def predict(self, outputs: ModelOutputs) -> np.ndarray:
         """The calibrated prediction ``argmax p'`` (may differ from ``argmax(logits)``),
@@ -640,7 +626,7 @@ class VectorScaling(_AffineBase):
     """
 
     reference: ClassVar[str] = "Guo et al., On Calibration of Modern Neural Networks, ICML 2017"
-    _label: ClassVar[str] = "vector-scaling"
+    _name: ClassVar[str] = "vector-scaling"
     params_base = _VectorParams
 
     def __init__(
@@ -682,7 +668,7 @@ class MatrixScaling(_AffineBase):
         "Guo et al., On Calibration of Modern Neural Networks, ICML 2017; ODIR: Kull et al., "
         "Beyond temperature scaling: Obtaining well-calibrated multiclass probabilities with "
         "Dirichlet calibration, NeurIPS 2019")
-    _label: ClassVar[str] = "matrix-scaling"
+    _name: ClassVar[str] = "matrix-scaling"
     dirichlet: ClassVar[bool] = False
 
     def __init__(self, reg_lambda: RegLambda = DEFAULT_REG, reg_mu: RegMu = DEFAULT_REG) -> None:
@@ -715,5 +701,5 @@ class DirichletCalibration(MatrixScaling):
     reference: ClassVar[str] = (
         "Kull et al., Beyond temperature scaling: Obtaining well-calibrated multiclass "
         "probabilities with Dirichlet calibration, NeurIPS 2019")
-    _label: ClassVar[str] = "dirichlet"
+    _name: ClassVar[str] = "dirichlet"
     dirichlet: ClassVar[bool] = True

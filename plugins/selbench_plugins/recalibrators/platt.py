@@ -8,12 +8,14 @@ from typing import Annotated, ClassVar, Literal
 import numpy as np
 import torch
 from pydantic import Field
-from selbench.api import DifferentiableRecalibrator, FitContext
-from selbench.checks import NotFittedError, check_outputs
 from selbench.data import ModelOutputs
-from selbench.torchutils import EVAL_CHUNK, device_of, run_module
 
-from ._common import fit_once_per_data, one_torch_thread
+from ._common import (
+    BatchedBinaryOrTopLabel,
+    BinaryOrTopLabelModule,
+    BinaryOrTopLabelRecalibrator,
+    one_torch_thread,
+)
 
 #: the logit of a probability clipped to [1e-12, 1 - 1e-12], as in Kumar et al.'s code
 LOGIT_CLIP = math.log((1 - 1e-12) / 1e-12)
@@ -27,29 +29,28 @@ PlattMode = Annotated[Mode, Field(
 )]
 
 
-#: Elements per block of :func:`platt_inputs` (a float64 block of 2 MB). The top-label
-#: input block by block with torch on one thread: 63 ms at N = 1,000,000, K = 10 and
-#: 151 ms at 50,000 x 1,000, against 190 / 315 ms for the float64 NumPy version it
-#: replaced (whose row-wise argmax, max and fancy indexing over short rows dominated);
-#: the best of block sizes 2^15 .. 2^20 (within 10 %).
+#: Elements per block of :func:`probability_logit` (a float64 block of 2 MB). The
+#: top-label input block by block with torch on one thread: 63 ms at N = 1,000,000,
+#: K = 10 and 151 ms at 50,000 x 1,000, against 190 / 315 ms for the float64 NumPy
+#: version it replaced (whose row-wise argmax, max and fancy indexing over short rows
+#: dominated); the best of block sizes 2^15 .. 2^20 (within 10 %).
 _INPUT_BLOCK = 1 << 18
 
 
-def platt_inputs(logits: np.ndarray, mode: str) -> np.ndarray:
-    """The scalar Platt input per example, float64: logit p(class 1) (binary) or
-    logit(max prob) (top-label), computed stably from the logits and clipped to
-    ±log((1-1e-12)/1e-12).
-
-    Top-label: ``-log sum_{j != top} exp(z_j - z_top)`` (``top`` the first maximal class;
-    which of tied maxima is left out does not change the value), in float64, block by
-    block on one torch thread (:func:`~._common.one_torch_thread`).
-    """
+def probability_logit(logits: np.ndarray, mode: str, clip: float) -> np.ndarray:
+    """The logit of the probability that ``mode`` recalibrates, per example, float64,
+    computed stably from the logits and clipped to ``±clip``: binary, ``z_1 - z_0`` (the
+    logit of p(class 1)); top-label, ``-log sum_{j != top} exp(z_j - z_top)`` (the logit
+    of the max prob; ``top`` the first maximal class, which of tied maxima is left out
+    does not change the value), in float64, block by block on one torch thread
+    (:func:`~._common.one_torch_thread`). The input of Platt scaling
+    (:func:`platt_inputs`) and of beta calibration (:func:`~.beta.beta_logits`)."""
     z = np.asarray(logits)
     if not np.issubdtype(z.dtype, np.floating):
         z = z.astype(np.float64)
     if mode == "binary":
         s = z[:, 1].astype(np.float64) - z[:, 0].astype(np.float64)
-        return np.clip(s, -LOGIT_CLIP, LOGIT_CLIP, out=s)
+        return np.clip(s, -clip, clip, out=s)
     zt = torch.from_numpy(np.ascontiguousarray(z))
     n, k = zt.shape
     out = torch.empty(n, dtype=torch.float64)
@@ -61,7 +62,19 @@ def platt_inputs(logits: np.ndarray, mode: str) -> np.ndarray:
             e = block.to(torch.float64, copy=True).sub_(top.to(torch.float64)).exp_()
             e.scatter_(1, idx, 0.0)  # every class but the top one
             torch.log(e.sum(dim=1), out=out[start:start + rows]).neg_()
-    return out.clamp_(-LOGIT_CLIP, LOGIT_CLIP).numpy()
+    return out.clamp_(-clip, clip).numpy()
+
+
+def platt_inputs(logits: np.ndarray, mode: str) -> np.ndarray:
+    """The scalar Platt input per example, float64: logit p(class 1) (binary) or
+    logit(max prob) (top-label), computed stably from the logits and clipped to
+    ±log((1-1e-12)/1e-12) (:func:`probability_logit`).
+
+    Top-label: ``-log sum_{j != top} exp(z_j - z_top)`` (``top`` the first maximal class;
+    which of tied maxima is left out does not change the value), in float64, block by
+    block on one torch thread (:func:`~._common.one_torch_thread`).
+    """
+    return probability_logit(logits, mode, LOGIT_CLIP)
 
 
 def platt_probability(s: np.ndarray, weight: float, bias: float) -> np.ndarray:
@@ -224,7 +237,7 @@ def fit_logistic(s: np.ndarray, y: np.ndarray, max_iter: int = 100) -> tuple[flo
     return float(a), float(b)
 
 
-class PlattModule(torch.nn.Module):
+class PlattModule(BinaryOrTopLabelModule):
     """``forward(logits, features) -> (confidence, log_probs)`` of Platt scaling.
 
     ``t = weight * s + bias`` where ``s`` is the Platt input (see :func:`platt_inputs`).
@@ -243,45 +256,11 @@ class PlattModule(torch.nn.Module):
     """
 
     def __init__(self, weight: float, bias: float, binary: bool):
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.tensor(float(weight), dtype=torch.float32))
-        self.bias = torch.nn.Parameter(torch.tensor(float(bias), dtype=torch.float32))
-        self.binary = bool(binary)
+        super().__init__(binary, weight=weight, bias=bias)
 
-    @property
-    def changes_prediction(self) -> bool:
-        """Binary Platt can change the predicted class (see :meth:`predict`)."""
-        return self.binary
-
-    def _binary_t(self, logits: torch.Tensor) -> torch.Tensor:
-        s = (logits[:, 1] - logits[:, 0]).clamp(-LOGIT_CLIP, LOGIT_CLIP)
-        return self.weight * s + self.bias
-
-    def forward(self, logits: torch.Tensor, features: torch.Tensor | None = None):
-        if self.binary:
-            t = self._binary_t(logits)
-            lp1 = torch.nn.functional.logsigmoid(t)
-            lp0 = torch.nn.functional.logsigmoid(-t)
-            log_probs = torch.stack([lp0, lp1], dim=-1)
-            conf = torch.nn.functional.logsigmoid(t.abs()).exp()  # max(p1', 1 - p1')
-            return conf, log_probs
-        top, idx = logits.max(dim=-1)
-        rest = logits.scatter(-1, idx[:, None], float("-inf"))
-        lse_rest = torch.logsumexp(rest, dim=-1)
-        s = (top - lse_rest).clamp(-LOGIT_CLIP, LOGIT_CLIP)
-        t = self.weight * s + self.bias
-        log_c = torch.nn.functional.logsigmoid(t)
-        log_rest = (rest - lse_rest[:, None]) + torch.nn.functional.logsigmoid(-t)[:, None]
-        log_probs = log_rest.scatter(-1, idx[:, None], log_c[:, None])
-        return log_c.exp(), log_probs
-
-    @torch.no_grad()
-    def predict(self, logits: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
-        """The recalibrated prediction, int64 ``[B]``: binary, the top label of
-        ``[1-p1', p1']`` (1 when ``t > 0``, else 0); top-label, ``argmax(logits)``."""
-        if self.binary:
-            return (self._binary_t(logits) > 0).long()
-        return logits.argmax(dim=-1)
+    def _t(self, u: torch.Tensor) -> torch.Tensor:
+        """``t = weight * s + bias``, ``s`` the logit ``u`` clipped to ``±LOGIT_CLIP``."""
+        return self.weight * u.clamp(-LOGIT_CLIP, LOGIT_CLIP) + self.bias
 
     @classmethod
     def stacked(cls, modules: list[PlattModule]) -> BatchedPlatt:
@@ -289,7 +268,7 @@ class PlattModule(torch.nn.Module):
         return BatchedPlatt(modules)
 
 
-class BatchedPlatt(torch.nn.Module):
+class BatchedPlatt(BatchedBinaryOrTopLabel):
     """R :class:`PlattModule` replicas trained as one (hand-stacked for the training engine,
     :mod:`selbench.engine`; elementwise work on the precomputed Platt inputs, where
     ``torch.func`` would recompute the log-sum-exp of the logits at every step).
@@ -306,77 +285,17 @@ class BatchedPlatt(torch.nn.Module):
     have had the labels), as :meth:`PlattModule.predict` compared with the labels.
     """
 
-    uses_features = False
+    _params = ("weight", "bias")
+    _modules_name = _method_name = "Platt"
 
-    def __init__(self, modules: list[PlattModule]):
-        super().__init__()
-        modes = {m.binary for m in modules}
-        if len(modes) != 1:
-            raise ValueError("binary and top-label Platt modules cannot be stacked")
-        self.binary = modes.pop()
-        self.changes_prediction = self.binary
-        self.replicas = len(modules)
-        self.weight = torch.nn.Parameter(torch.stack([m.weight.detach().clone() for m in modules]))
-        self.bias = torch.nn.Parameter(torch.stack([m.bias.detach().clone() for m in modules]))
-
-    @torch.no_grad()
-    def prepare(
-        self, logits: torch.Tensor, features: torch.Tensor | None, labels: torch.Tensor | None
-    ) -> dict[str, torch.Tensor]:
-        if self.binary:
-            s = (logits[..., 1] - logits[..., 0]).clamp(-LOGIT_CLIP, LOGIT_CLIP)
-            one = torch.ones_like(s)
-            out = {"s": s}
-            if labels is not None:
-                out["label_sign"] = torch.where(labels == 1, one, -one)
-            return out
-        top, idx = logits.max(dim=-1)
-        rest = logits.scatter(-1, idx.unsqueeze(-1), float("-inf"))
-        lse_rest = torch.logsumexp(rest, dim=-1)
-        out = {"s": (top - lse_rest).clamp(-LOGIT_CLIP, LOGIT_CLIP)}
-        if labels is not None:
-            is_top = labels == idx
-            z_y = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-            out["is_top"] = is_top
-            out["rest_y"] = torch.where(is_top, torch.zeros_like(z_y), z_y - lse_rest)
-        return out
+    def _inputs(self, u: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"s": u.clamp(-LOGIT_CLIP, LOGIT_CLIP)}
 
     def _t(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.weight[:, None] * batch["s"] + self.bias[:, None]
 
-    def forward(self, batch: dict[str, torch.Tensor], features: torch.Tensor | None,
-                need_log_prob: bool):
-        t = self._t(batch)
-        logsig = torch.nn.functional.logsigmoid
-        if self.binary:
-            conf = logsig(t.abs()).exp()
-            if not need_log_prob:
-                return conf, None
-            return conf, logsig(batch["label_sign"] * t)
-        log_c = logsig(t)
-        conf = log_c.exp()
-        if not need_log_prob:
-            return conf, None
-        other = batch["rest_y"] + logsig(-t)
-        return conf, torch.where(batch["is_top"], log_c, other)
 
-    @torch.no_grad()
-    def correct(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Binary: 1.0 where replica ``r``'s prediction (class 1 iff ``t > 0``) is the label,
-        float32 ``[R, B]``; needs ``batch["label_sign"]`` (``prepare`` with labels)."""
-        if not self.binary:
-            raise ValueError("top-label Platt keeps the prediction; use the data's correctness")
-        pred1 = self._t(batch) > 0
-        return (pred1 == (batch["label_sign"] > 0)).to(batch["s"].dtype)
-
-    @torch.no_grad()
-    def write_back(self, modules: list[PlattModule]) -> None:
-        for module, w, b in zip(modules, self.weight, self.bias):
-            module.weight.copy_(w)
-            module.bias.copy_(b)
-
-
-class PlattScaling(DifferentiableRecalibrator):
+class PlattScaling(BinaryOrTopLabelRecalibrator):
     """Platt scaling: a 1-D logistic regression on the logit of a probability.
 
     Binary mode (K=2) regresses the label on logit p(class 1) (Kumar et al.'s
@@ -397,47 +316,16 @@ class PlattScaling(DifferentiableRecalibrator):
     #: the method's canonical citation (shown by ``selbench plugins``)
     reference: ClassVar[str] = "Platt, Probabilistic Outputs for Support Vector Machines, 1999"
 
-    provides_log_probs = True
-    usable_unfitted = False
+    _name = "platt"
 
     def __init__(self, mode: PlattMode = "auto") -> None:
         self.mode = mode
 
-    def _resolve_mode(self, k: int) -> str:
-        if self.mode == "auto":
-            return "binary" if k == 2 else "top-label"
-        if self.mode == "binary" and k != 2:
-            raise ValueError(
-                f"logits: platt mode 'binary' needs K=2 classes, got K={k}; "
-                "use mode 'top-label' or 'auto'"
-            )
-        return self.mode
-
-    @classmethod
-    def fit_many(cls, recalibrators, outputs, contexts) -> None:
-        """Fit each of ``recalibrators`` on its ``outputs`` as :meth:`fit` would; the fit
-        depends on the logits and labels only, so equal data are fitted once and copied."""
-        fit_once_per_data(recalibrators, outputs, contexts)
-
-    def fit(self, outputs: ModelOutputs, context: FitContext) -> PlattScaling:
-        check_outputs(outputs, "recalibrator 'platt'", min_rows=1)
-        mode = self._resolve_mode(outputs.num_classes)
+    def _fit_module(self, outputs: ModelOutputs, mode: str) -> PlattModule:
         s = platt_inputs(outputs.logits, mode)
         a, b = fit_logistic(s, platt_targets(outputs, mode))
-        self.mode_ = mode
-        self.num_classes_ = outputs.num_classes
         self.weight_fit_, self.bias_fit_ = a, b  # float64; the module holds float32 copies
-        self.module_ = PlattModule(a, b, binary=(mode == "binary"))
-        return self
-
-    def _check(self, outputs: ModelOutputs) -> None:
-        check_outputs(outputs, "recalibrator 'platt'")
-        if getattr(self, "module_", None) is None:
-            raise NotFittedError("recalibrator 'platt' is not fitted; call fit first")
-        if self.mode_ == "binary" and outputs.num_classes != 2:
-            raise ValueError(
-                f"logits: platt was fitted in binary mode (K=2), got K={outputs.num_classes}"
-            )
+        return PlattModule(a, b, binary=(mode == "binary"))
 
     @property
     def weight_(self) -> float:
@@ -446,25 +334,3 @@ class PlattScaling(DifferentiableRecalibrator):
     @property
     def bias_(self) -> float:
         return float(self.module_.bias.detach().cpu())
-
-    def confidence(self, outputs: ModelOutputs) -> np.ndarray:
-        self._check(outputs)
-        return np.clip(run_module(self.module_, outputs.logits), 0.0, 1.0)
-
-    def predict(self, outputs: ModelOutputs) -> np.ndarray:
-        """Binary mode: the top label of ``[1-p1', p1']`` (see the class docstring), computed
-        by the live module; top-label mode: ``argmax(logits)``."""
-        self._check(outputs)
-        if self.mode_ != "binary":
-            return outputs.predictions()
-        module = self.module_
-        device = device_of(module)
-        parts = []
-        for start in range(0, len(outputs), EVAL_CHUNK):
-            chunk = torch.tensor(outputs.logits[start : start + EVAL_CHUNK]).to(device)
-            parts.append(module.predict(chunk).cpu().numpy())
-        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
-
-    def module(self, outputs: ModelOutputs, context: FitContext) -> torch.nn.Module:
-        self._check(outputs)
-        return self.module_

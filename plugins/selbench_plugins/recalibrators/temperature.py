@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Annotated, ClassVar
 
 import numpy as np
 import torch
 from pydantic import Field, model_validator
-from selbench.api import DifferentiableRecalibrator, FitContext, Params
-from selbench.checks import NotFittedError, check_outputs
+from selbench.api import FitContext, Params
+from selbench.checks import check_outputs
 from selbench.data import ModelOutputs
-from selbench.torchutils import run_module
 
-from ._common import fit_once_per_data
+from ._common import FittedModuleRecalibrator
+
+#: the ``min_temperature`` parameter of ``temperature`` and ``ensemble-temperature``
+MinTemperature = Annotated[float, Field(
+    gt=0, description="lower bound of the fitted temperature T")]
+#: the ``max_temperature`` parameter of ``temperature`` and ``ensemble-temperature``
+MaxTemperature = Annotated[float, Field(
+    gt=0, description="upper bound of the fitted temperature T")]
 
 
 class _TemperatureBounds(Params):
@@ -120,6 +127,14 @@ _BLOCK = 1 << 18  # elements per block: a block and its exponentials stay in cac
 _SUBSAMPLE = 1 << 21  # elements of the subsample that gives large fits their start
 
 
+def subsample_stride(n: int, k: int) -> int:
+    """The stride of the evenly strided subsample of ``n`` rows of ``k`` logits (about
+    ``2**21`` elements) whose fit starts a fit on all of them; 0 where the data are too
+    small for one (a stride below 4, or fewer than 200 rows in the subsample)."""
+    stride = n * k // _SUBSAMPLE
+    return stride if stride >= 4 and n // stride >= 200 else 0
+
+
 def _shifted_logits(logits, labels) -> tuple[torch.Tensor, torch.Tensor]:
     """``d = z - max_k z`` (float32, every row <= 0 with a zero) and ``d_{i, y_i}``
     (float64), computed block by block in the logits' own precision."""
@@ -168,23 +183,25 @@ def _nll_derivatives(d: torch.Tensor, mean_dy: float, beta: float) -> tuple[floa
     return nll, grad, hess
 
 
-def _newton(d: torch.Tensor, mean_dy: float, beta: float, lo: float, hi: float,
-            tol: float) -> float:
-    """The root of the NLL's derivative in ``beta`` within ``[lo, hi]`` (the bound when
-    there is none there), from the start ``beta``.
+def newton_root(derivatives: Callable[[float], tuple[float, float, float]], beta: float,
+                lo: float, hi: float, tol: float, factor: float) -> float:
+    """A minimum of a function of ``beta`` in ``[lo, hi]`` (a bound when its derivative has
+    no root there) by a safeguarded Newton iteration on its derivative, from the start
+    ``beta``; ``derivatives(beta) -> (value, first, second derivative)``.
 
-    Safeguarded Newton: each pass narrows the bracket ``[a, c]`` that holds the root (the
-    derivative is increasing); a Newton step that leaves it is replaced by the secant
-    between the bracket's ends when both have been evaluated, by a step of a factor 8
-    towards the unexplored side otherwise, and by the midpoint in ``log beta`` when the
-    secant stalls. Stops once a Newton step is below ``tol * beta``: the convergence is
-    quadratic, so the step taken is then accurate to about ``tol**2``.
+    Each pass narrows the bracket ``[a, c]`` with a negative derivative at ``a`` and a
+    positive one at ``c`` (once evaluated), which holds a minimum. A Newton step that
+    leaves it, or a non-positive second derivative, is replaced by the secant between the
+    bracket's ends when both have been evaluated, by their geometric mean (the midpoint in
+    ``log beta``) when the secant stalls, and otherwise by a step of ``factor`` towards
+    the unexplored side. Stops once a step is below ``tol * beta``: Newton's convergence
+    is quadratic, so that step is accurate to about ``tol**2``.
     """
-    a, c = lo, hi  # the root lies in [a, c]
+    a, c = lo, hi  # a minimum lies in [a, c]
     ga = gc = None  # derivative at a, c once evaluated
     b = min(max(beta, lo), hi)
     for _ in range(100):
-        _, g, h = _nll_derivatives(d, mean_dy, b)
+        _, g, h = derivatives(b)
         if g == 0.0:
             return b
         if g < 0:
@@ -196,16 +213,15 @@ def _newton(d: torch.Tensor, mean_dy: float, beta: float, lo: float, hi: float,
                 return lo
             c, gc = b, g
         new = b - g / h if h > 0 else math.inf
-        newton = a < new < c
-        if not newton:
+        if not a < new < c:
             if ga is not None and gc is not None:
                 new = a - ga * (c - a) / (gc - ga)
                 if not (a < new < c) or min(new - a, c - new) < 0.01 * (c - a):
                     new = math.sqrt(a * c)
             elif ga is None:
-                new = max(b / 8.0, lo)
+                new = max(b / factor, lo)
             else:
-                new = min(b * 8.0, hi)
+                new = min(b * factor, hi)
         if abs(new - b) <= tol * b or (c - a) <= 1e-15 * c:
             return new
         b = new
@@ -219,7 +235,8 @@ def fit_temperature(
 
     The NLL is convex in the inverse temperature b = 1/T (a log-sum-exp minus a linear
     term), so the optimum is the root of its derivative in b, which we find with a
-    safeguarded Newton iteration (:func:`_newton`). Each pass is one sweep over the logits
+    safeguarded Newton iteration (:func:`newton_root`, the NLL being convex: steps of a
+    factor 8 towards an unexplored side). Each pass is one sweep over the logits
     minus their row maximum, kept in float32, with float64 accumulation
     (:func:`_nll_derivatives`). On large inputs a fit on an evenly strided subsample of
     the rows gives the starting point, so the full data need about three passes. The
@@ -229,12 +246,13 @@ def fit_temperature(
     """
     d, dy = _shifted_logits(logits, labels)
     lo, hi = 1.0 / t_max, 1.0 / t_min
-    n, k = d.shape
     b = 1.0
-    stride = n * k // _SUBSAMPLE
-    if stride >= 4 and n // stride >= 200:
-        b = _newton(d[::stride].contiguous(), float(dy[::stride].mean()), b, lo, hi, 1e-4)
-    b = _newton(d, float(dy.mean()), b, lo, hi, 1e-6)
+    stride = subsample_stride(*d.shape)
+    if stride:
+        sub, sub_dy = d[::stride].contiguous(), float(dy[::stride].mean())
+        b = newton_root(lambda x: _nll_derivatives(sub, sub_dy, x), b, lo, hi, 1e-4, 8.0)
+    mean_dy = float(dy.mean())
+    b = newton_root(lambda x: _nll_derivatives(d, mean_dy, x), b, lo, hi, 1e-6, 8.0)
     if b <= lo:
         return float(t_max)
     if b >= hi:
@@ -242,7 +260,21 @@ def fit_temperature(
     return float(1.0 / b)
 
 
-class TemperatureScaling(DifferentiableRecalibrator):
+class TemperatureBase(FittedModuleRecalibrator):
+    """Base of ``temperature`` and ``ensemble-temperature``: the bounds of T
+    (``min_temperature < max_temperature``) and the live temperature ``T_`` of a module
+    holding ``log_t``."""
+
+    params_base = _TemperatureBounds
+
+    @property
+    def T_(self) -> float:
+        """The current temperature (changes when a joint scheme trains the module)."""
+        self._check_fitted()
+        return float(self.module_.log_t.detach().exp().cpu())
+
+
+class TemperatureScaling(TemperatureBase):
     """Temperature scaling: softmax(z / T) with T at the exact optimum of the NLL.
 
     ``fit`` minimises the mean multi-class cross entropy (negative log-likelihood) of the
@@ -255,25 +287,12 @@ class TemperatureScaling(DifferentiableRecalibrator):
     #: the method's canonical citation (shown by ``selbench plugins``)
     reference: ClassVar[str] = "Guo et al., On Calibration of Modern Neural Networks, ICML 2017"
 
-    provides_log_probs = True
-    usable_unfitted = False
-    params_base = _TemperatureBounds
+    _name = "temperature"
 
-    def __init__(
-        self,
-        min_temperature: Annotated[float, Field(
-            gt=0, description="lower bound of the fitted temperature T")] = 1e-3,
-        max_temperature: Annotated[float, Field(
-            gt=0, description="upper bound of the fitted temperature T")] = 1e3,
-    ) -> None:
+    def __init__(self, min_temperature: MinTemperature = 1e-3,
+                 max_temperature: MaxTemperature = 1e3) -> None:
         self.min_temperature = min_temperature
         self.max_temperature = max_temperature
-
-    @classmethod
-    def fit_many(cls, recalibrators, outputs, contexts) -> None:
-        """Fit each of ``recalibrators`` on its ``outputs`` as :meth:`fit` would; the fit
-        depends on the logits and labels only, so equal data are fitted once and copied."""
-        fit_once_per_data(recalibrators, outputs, contexts)
 
     def fit(self, outputs: ModelOutputs, context: FitContext) -> TemperatureScaling:
         check_outputs(outputs, "recalibrator 'temperature'", min_rows=1)
@@ -283,22 +302,3 @@ class TemperatureScaling(DifferentiableRecalibrator):
         self.T_fit_ = t
         self.module_ = TemperatureModule(t)
         return self
-
-    @property
-    def T_(self) -> float:
-        """The current temperature (changes when a joint scheme trains the module)."""
-        self._check_fitted()
-        return float(self.module_.log_t.detach().exp().cpu())
-
-    def _check_fitted(self) -> None:
-        if getattr(self, "module_", None) is None:
-            raise NotFittedError("recalibrator 'temperature' is not fitted; call fit first")
-
-    def confidence(self, outputs: ModelOutputs) -> np.ndarray:
-        check_outputs(outputs, "recalibrator 'temperature'")
-        self._check_fitted()
-        return np.clip(run_module(self.module_, outputs.logits), 0.0, 1.0)
-
-    def module(self, outputs: ModelOutputs, context: FitContext) -> torch.nn.Module:
-        self._check_fitted()
-        return self.module_
