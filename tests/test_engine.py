@@ -481,3 +481,117 @@ def test_cuda_third_party_modules_batched_through_torch_func():
         results.append([j.selector.score(j.outputs, None) for j in jobs])
     for a, b in zip(*results):
         np.testing.assert_allclose(b, a, atol=1e-4, rtol=0)
+
+
+def test_cuda_graphs_only_on_cuda_and_when_no_module_opts_out(monkeypatch):
+    """The engine captures its step in CUDA graphs on a CUDA device only, unless
+    SELBENCH_CUDA_GRAPHS=0 or a (sub)module sets ``cuda_graphs = False``."""
+    net = build_mlp(4, [3])
+    monkeypatch.delenv("SELBENCH_CUDA_GRAPHS", raising=False)
+    assert not engine.cuda_graphs_enabled("cpu", [net])
+    assert engine.cuda_graphs_enabled("cuda", [net])
+    assert engine.cuda_graphs_enabled(torch.device("cuda", 0), [])
+    net[0].cuda_graphs = False  # a submodule opting out
+    assert not engine.cuda_graphs_enabled("cuda", [net])
+    del net[0].cuda_graphs
+    for off in ("0", "off", "false"):
+        monkeypatch.setenv("SELBENCH_CUDA_GRAPHS", off)
+        assert not engine.cuda_graphs_enabled("cuda", [net])
+    monkeypatch.setenv("SELBENCH_CUDA_GRAPHS", "1")
+    assert engine.cuda_graphs_enabled("cuda", [net])
+    monkeypatch.setattr(TanhNet, "cuda_graphs", False, raising=False)  # through torch.func
+    assert not engine.cuda_graphs_enabled("cuda", [engine.FuncStack([TanhNet(4)])])
+
+
+def _cuda_fit(monkeypatch, graphs, scheme, rec, loss, k, noise, selector=None):
+    """Fit CELLS on the GPU with the step captured in CUDA graphs or eager; return the
+    trained selectors' scores and recalibrated confidences, and the graph replays counted."""
+    monkeypatch.setenv("SELBENCH_CUDA_GRAPHS", "1" if graphs else "0")
+    replays = []
+    real = torch.cuda.CUDAGraph.replay
+
+    def counting(self):
+        replays.append(1)
+        return real(self)
+
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", counting)
+    rec_params = {"hidden": [8], "epochs": 5, "lr": 1e-2, "batch_size": 64} \
+        if rec == "mlp" else None
+    outs = {s: synthetic(k=k, seed=s) for s, _ in CELLS}
+    jobs = [FitJob(outs[s], selector() if selector else reg("selector", "mlp",
+                                                            {"hidden": [16, 8]}),
+                   reg("recalibrator", rec, rec_params), reg("loss", loss),
+                   reg("loss", "quadratic"), FitContext(seed=s, beta=b, device="cuda"))
+            for s, b in CELLS]
+    reg("scheme", scheme, {**FAST, "noise_std": noise}).fit_many(jobs)
+    res = []
+    for j in jobs:
+        conf = j.recalibrator.confidence(j.outputs)
+        res.append((conf, j.selector.score(j.outputs, conf)))
+    return res, len(replays)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("scheme,rec,loss,k,noise", [
+    ("joint", "platt", "s-mmce", 2, 0.0), ("joint", "temperature", "s-mce", 3, 0.5),
+    ("sequential", "temperature", "s-tlbce", 3, 0.5), ("joint", "mlp", "s-tlbce", 3, 0.5),
+    ("selection", "none", "s-mmce", 3, 0.0)])
+def test_cuda_graphs_train_as_the_eager_step(monkeypatch, scheme, rec, loss, k, noise):
+    """On a GPU the training step (lanes, noise, a tail batch: 200 rows in batches of 64)
+    replayed from CUDA graphs trains what the eager step trains: the same kernels, equal
+    up to the order of the GPU's atomic adds."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no capture may fail
+        graphed, replays = _cuda_fit(monkeypatch, True, scheme, rec, loss, k, noise)
+    eager, none = _cuda_fit(monkeypatch, False, scheme, rec, loss, k, noise)
+    # 12 epochs of 4 steps: 3 warm-up steps per batch length, the rest replayed
+    assert none == 0 and replays >= 12 * 4 - 6
+    for (c1, s1), (c2, s2) in zip(graphed, eager):
+        np.testing.assert_allclose(c1, c2, rtol=engine.REPLICA_RTOL, atol=1e-6)
+        np.testing.assert_allclose(s1, s2, rtol=engine.REPLICA_RTOL, atol=1e-6)
+
+
+class SyncingStack(engine.FuncStack):
+    """A stacked g that reads a value back to the host at every step (not capturable)."""
+
+    def forward(self, x):
+        if float(x.abs().max()) > 1e9:  # a host sync
+            x = x.clamp(-1e9, 1e9)
+        return super().forward(x)
+
+
+class SyncingNet(TanhNet):
+    @classmethod
+    def stacked(cls, modules):
+        return SyncingStack(modules)
+
+
+class SyncingSelector(TanhSelector):
+    def init_module(self, outputs, context):
+        self.module_ = seeded_init(context.seed, lambda: SyncingNet(outputs.feature_dim))
+        return self.module_
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_graph_capture_failure_trains_eagerly(monkeypatch):
+    """A module that cannot be captured is trained eagerly, with a warning, to the same
+    result; declaring ``cuda_graphs = False`` skips the attempt silently."""
+    with pytest.warns(RuntimeWarning, match="could not be captured in a CUDA graph"):
+        fallback, replays = _cuda_fit(monkeypatch, True, "joint", "temperature", "s-mce", 3,
+                                      0.0, selector=SyncingSelector)
+    assert replays == 0
+    eager, _ = _cuda_fit(monkeypatch, False, "joint", "temperature", "s-mce", 3, 0.0,
+                         selector=SyncingSelector)
+    for (c1, s1), (c2, s2) in zip(fallback, eager):
+        np.testing.assert_allclose(c1, c2, rtol=engine.REPLICA_RTOL, atol=1e-6)
+        np.testing.assert_allclose(s1, s2, rtol=engine.REPLICA_RTOL, atol=1e-6)
+    monkeypatch.setattr(SyncingNet, "cuda_graphs", False, raising=False)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        _, replays = _cuda_fit(monkeypatch, True, "joint", "temperature", "s-mce", 3, 0.0,
+                               selector=SyncingSelector)
+    assert replays == 0

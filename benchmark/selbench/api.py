@@ -867,6 +867,11 @@ class StackableModule(Protocol):
     that read the same mini-batch (same data and seed: the training β's of a seed), and
     ``forward`` receives one input per lane, ``x [L, B, d_in]`` (``split`` is a hint for
     balancing CPU threads that it may ignore).
+
+    Any trainable module (stacked or not) may set ``cuda_graphs = False``: on a GPU the
+    engine then runs its training step eagerly instead of capturing it in a CUDA graph
+    (needed by a ``forward`` that reads values back to the host or changes Python state
+    from step to step; :func:`selbench.engine.cuda_graphs_enabled`).
     """
 
     @classmethod

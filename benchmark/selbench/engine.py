@@ -27,6 +27,10 @@ a method at once. Any ``torch.nn.Module`` can be a replica:
   the same batch, which a module class that declares ``stacks_lanes`` receives once per
   lane (:func:`lane_order`; the hand-stacked MLP selector then runs one wide first-layer
   GEMM per lane, measured as fast as the old engine's "streams", ``perf/README.md``).
+* On a GPU the step (gathers, forward, backward, Adam) is captured in a CUDA graph per
+  batch length and replayed (:class:`_GraphedSteps`): a step of a few small replicas is
+  bound by the host launching its ~60 kernels, and one replay launches them all (measured
+  5.5x on an H200 for 100 replicas of the paper's MLP, ``perf/README.md``).
 
 **Replica independence.** A replica's arithmetic is the same whichever replicas train
 with it, except that CPU (and GPU) kernels may sum a reduction in another order for other
@@ -41,7 +45,9 @@ metric; the leaderboard's printed digits do not move).
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,7 +128,7 @@ class FuncStack(torch.nn.Module):
         base = copy.deepcopy(modules[0]).to("meta")
         self.__dict__["_base"] = base  # not a submodule: its (meta) state is never used
         self.replicas = len(modules)
-        for attr in ("uses_features", "changes_prediction"):
+        for attr in ("uses_features", "changes_prediction", "cuda_graphs"):
             if hasattr(modules[0], attr):
                 setattr(self, attr, getattr(modules[0], attr))
 
@@ -310,6 +316,7 @@ def train_replicas(
     noise: Sequence[tuple[str | None, int]] = (),
     lane_tables: Sequence[str] = (),
     desc: str | None = None,
+    cuda_graphs: bool | None = None,
 ) -> None:
     """Train the stacked ``modules`` (already on ``device``) in place.
 
@@ -326,6 +333,10 @@ def train_replicas(
     replicas must then be in lanes of equal size, consecutive, as :func:`lane_order`
     arranges them (ValueError otherwise), for modules that read a lane's batch once (the
     hand-stacked MLP's wide first layer).
+
+    On a CUDA device the step is captured in CUDA graphs (:func:`cuda_graphs_enabled`;
+    ``cuda_graphs`` forces it on or off): the same kernels replayed, so the same numbers as
+    the eager step, at a fraction of the host's launch cost.
     """
     r_count = len(seeds)
     n = int(next(iter(tables.values())).shape[1])
@@ -358,35 +369,169 @@ def train_replicas(
     threads = 1 if r_count == 1 else batched_threads(device)
     for m in modules:
         m.train()
-    with cpu_threads(device, threads):
+    lane_count = len(lane_first)
+
+    def gather(rows: torch.Tensor, lane_rows: torch.Tensor | None,
+               draws: Sequence[torch.Tensor | None], b: int) -> dict[str, torch.Tensor]:
+        batch = {}
+        for k, t in tables.items():
+            if k in lane_tables:
+                batch[k] = _gather(t, lane_rows, (lane_count, b))
+            else:
+                batch[k] = _gather(t, rows, (r_count, b))
+        for (name, _), draw in zip(noise, draws):
+            if name is not None and draw is not None:
+                draw = draw.index_select(0, lane_of_lane if name in lane_tables else lane)
+                batch[name] = batch[name] + noise_std * draw.to(batch[name].dtype)
+        return batch
+
+    def step(rows: torch.Tensor, lane_rows: torch.Tensor | None,
+             draws: Sequence[torch.Tensor | None], b: int) -> None:
+        total = step_loss(gather(rows, lane_rows, draws, b)).sum()
+        optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        optimizer.step()
+
+    def draw_noise(b: int) -> list[torch.Tensor | None]:
+        if not noise_gens:
+            return [None] * len(noise)
+        return [torch.stack([torch.randn((b, width), generator=gen, device=device)
+                             for gen in noise_gens]) for _, width in noise]
+
+    graphs = _GraphedSteps.create(device, modules, optimizer, cuda_graphs, step, noise,
+                                  noise_gens)
+    with cpu_threads(device, threads), (graphs.stream() if graphs else nullcontext()):
         perms = epoch_permutations(shuffles, n, int(epochs), device)
         for _, perm in zip(epoch_iter, perms):
             rows_all = perm.index_select(0, lane) + offsets  # [R, n]
             rows_lane = perm.index_select(0, lane_of_lane) + offsets_lane if lane_first else None
             for start in range(0, n, bs):
                 stop = min(start + bs, n)
-                rows = rows_all[:, start:stop].reshape(-1)
-                batch = {}
-                for k, t in tables.items():
-                    if k in lane_tables:
-                        lane_rows = rows_lane[:, start:stop].reshape(-1)
-                        batch[k] = _gather(t, lane_rows, (len(lane_first), stop - start))
-                    else:
-                        batch[k] = _gather(t, rows, (r_count, stop - start))
-                for name, width in noise:
-                    if not noise_gens:
-                        break
-                    draw = torch.stack([
-                        torch.randn((stop - start, width), generator=gen, device=device)
-                        for gen in noise_gens
-                    ])
-                    if name is not None:
-                        draw = draw.index_select(0, lane_of_lane if name in lane_tables
-                                                 else lane)
-                        batch[name] = batch[name] + noise_std * draw.to(batch[name].dtype)
-                total = step_loss(batch).sum()
-                optimizer.zero_grad(set_to_none=True)
-                total.backward()
-                optimizer.step()
+                rows = rows_all[:, start:stop]
+                lane_rows = rows_lane[:, start:stop] if rows_lane is not None else None
+                if graphs is not None and graphs.run(rows, lane_rows, stop - start):
+                    continue
+                step(rows.reshape(-1), None if lane_rows is None else lane_rows.reshape(-1),
+                     draw_noise(stop - start), stop - start)
     for m in modules:
         m.eval()
+
+
+def cuda_graphs_enabled(device: Any, modules: Sequence[torch.nn.Module] = ()) -> bool:
+    """Whether :func:`train_replicas` captures its training step in CUDA graphs: on a CUDA
+    device, unless ``SELBENCH_CUDA_GRAPHS=0`` or a module (a stacked module, or any
+    submodule) declares ``cuda_graphs = False``."""
+    if torch.device(device).type != "cuda":
+        return False
+    if os.environ.get("SELBENCH_CUDA_GRAPHS", "1").strip() in ("0", "false", "no", "off"):
+        return False
+    return all(getattr(sub, "cuda_graphs", True) is not False
+               for m in modules for sub in m.modules())
+
+
+class _GraphedSteps:
+    """The training step captured in CUDA graphs, one per batch length (on a GPU a step of
+    a few small replicas is bound by the host launching its ~60 kernels one by one; a graph
+    replays them with one launch, and the same kernels on the same addresses compute the
+    same numbers).
+
+    Each batch length first runs :data:`WARMUP` eager steps (what allocates the optimiser's
+    state and the libraries' workspaces before a capture), then is captured once and
+    replayed: per step, the batch's rows are copied into a static index tensor and the
+    input noise drawn into static tensors by the replicas' own generators, outside the
+    graph, in the order the eager step draws them (so the draws are the eager ones). The
+    optimiser must be the fused Adam (its ``capturable`` flag does not change its
+    arithmetic). A capture that fails (a module that reads a value back to the host, say)
+    falls back to the eager step for the rest of the training, with a warning.
+    """
+
+    WARMUP = 3
+
+    def __init__(self, device: torch.device, optimizer, step, noise, noise_gens):
+        self.device, self.optimizer, self.step = device, optimizer, step
+        self.noise, self.noise_gens = list(noise), list(noise_gens)
+        self.seen: dict[int, int] = {}
+        self.graphs: dict[int, tuple[Any, torch.Tensor, torch.Tensor | None,
+                                     list[torch.Tensor | None]]] = {}
+        self.failed = False
+        self._stream = torch.cuda.Stream(device=device)
+
+    @classmethod
+    def create(cls, device, modules, optimizer, enabled, step, noise, noise_gens):
+        if not (cuda_graphs_enabled(device, modules) if enabled is None else
+                enabled and torch.device(device).type == "cuda"):
+            return None
+        if not all(group.get("fused") for group in optimizer.param_groups):
+            return None  # the foreach Adam's capturable path computes differently
+        for group in optimizer.param_groups:
+            group["capturable"] = True
+        return cls(torch.device(device), optimizer, step, noise, noise_gens)
+
+    @contextmanager
+    def stream(self) -> Iterator[None]:
+        """Run the training on a side stream (captures need one); on leaving, the caller's
+        stream waits for it and the graphs (and the gradients in their memory) are freed."""
+        outer = torch.cuda.current_stream(self.device)
+        self._stream.wait_stream(outer)
+        try:
+            with torch.cuda.stream(self._stream):
+                yield
+        finally:
+            outer.wait_stream(self._stream)
+            self.optimizer.zero_grad(set_to_none=True)
+            self.graphs.clear()
+
+    def _draw_into(self, buffers: list[torch.Tensor | None], b: int) -> None:
+        for (_, width), buf in zip(self.noise, buffers):
+            if buf is not None:
+                for u, gen in enumerate(self.noise_gens):
+                    torch.randn((b, width), generator=gen, device=self.device, out=buf[u])
+
+    def run(self, rows: torch.Tensor, lane_rows: torch.Tensor | None, b: int) -> bool:
+        """One step through the graph of batch length ``b``; False when the caller must run
+        it eagerly (a warm-up step, or captures failed)."""
+        if self.failed:
+            return False
+        entry = self.graphs.get(b)
+        if entry is None:
+            self.seen[b] = self.seen.get(b, 0) + 1
+            if self.seen[b] <= self.WARMUP:
+                return False
+            entry = self._capture(rows, lane_rows, b)
+            if entry is None:
+                return False
+        graph, rows_buf, lane_buf, draw_bufs = entry
+        rows_buf.view(rows.shape).copy_(rows)  # one strided copy from the epoch's order
+        if lane_buf is not None:
+            lane_buf.view(lane_rows.shape).copy_(lane_rows)
+        self._draw_into(draw_bufs, b)
+        graph.replay()
+        return True
+
+    def _capture(self, rows, lane_rows, b):
+        import warnings
+
+        rows_buf = rows.reshape(-1).clone()  # valid indices while capturing (nothing runs)
+        lane_buf = None if lane_rows is None else lane_rows.reshape(-1).clone()
+        draw_bufs: list[torch.Tensor | None] = [
+            torch.empty((len(self.noise_gens), b, width), device=self.device)
+            if self.noise_gens else None for _, width in self.noise
+        ]
+        graph = torch.cuda.CUDAGraph()
+        self.optimizer.zero_grad(set_to_none=True)
+        try:
+            self._stream.synchronize()
+            with torch.cuda.graph(graph, stream=self._stream):
+                self.step(rows_buf, lane_buf, draw_bufs, b)
+        except Exception as exc:  # any capture failure: the eager step, for the rest
+            self.failed = True
+            self.optimizer.zero_grad(set_to_none=True)
+            torch.cuda.synchronize(self.device)
+            warnings.warn(
+                f"training step could not be captured in a CUDA graph ({exc}); training "
+                "eagerly (set cuda_graphs = False on the module to skip the attempt)",
+                RuntimeWarning, stacklevel=3)
+            return None
+        entry = (graph, rows_buf, lane_buf, draw_bufs)
+        self.graphs[b] = entry
+        return entry
