@@ -417,3 +417,33 @@ def test_selective_intervals_validates(kwargs, match):
         selective_intervals(scores, conf, correct, [0.5, 1.0], **kwargs)
     with pytest.raises(ValueError, match="betas"):
         selective_intervals(scores, conf, correct, [0.0])
+
+
+def test_threads_do_not_change_the_intervals(monkeypatch):
+    """The resamples of a statistic call are split among threads (rows are measured
+    independently): the bootstrap distribution is the one-thread one, bit for bit, for the
+    runner's metric set (binned metrics, extra and ranking callables)."""
+    from selbench.evaluate import intervals
+
+    scores, conf, correct = cell_data(3000, "tied_scores")
+    arrays = {"score": scores, "confidence": conf, "correct": correct}
+    monkeypatch.setattr(BS, "_THREAD_ENTRIES", 1 << 12)
+    calls = []
+    real = BS._Cell._rows_fast
+
+    def counting(self, idx):
+        calls.append(idx.shape[0])
+        return real(self, idx)
+
+    monkeypatch.setattr(BS._Cell, "_rows_fast", counting)
+    out = {}
+    for threads in ("1", "3"):
+        monkeypatch.setenv("SELBENCH_BOOTSTRAP_THREADS", threads)
+        calls.clear()
+        out[threads] = intervals(arrays, list(M.DEFAULT_BETAS), delta=0.1, seed=5,
+                                 selects=True, resamples=40, level=0.9)
+        assert sum(calls) == 40 and len(calls) == (1 if threads == "1" else 3)
+    assert repr(out["1"]) == repr(out["3"])
+    monkeypatch.setenv("SELBENCH_BOOTSTRAP_THREADS", "x")
+    with pytest.raises(ValueError, match="SELBENCH_BOOTSTRAP_THREADS"):
+        BS.bootstrap_threads()

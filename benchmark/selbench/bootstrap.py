@@ -68,6 +68,28 @@ _BINNED = ("ece1", "ece2", "brier", "accuracy")
 _BATCH_ENTRIES = 1 << 21
 #: Index entries :meth:`_Cell.rows_fast` works on at a time (a few rows: cache-sized arrays).
 _CHUNK_ENTRIES = 1 << 16
+#: index entries per thread below which a statistic call is not split among threads
+_THREAD_ENTRIES = 1 << 17
+
+
+def bootstrap_threads() -> int:
+    """Threads that measure the resamples of a bootstrap statistic call: the CPUs this
+    process may use, at most 8, or ``SELBENCH_BOOTSTRAP_THREADS``. The intervals do not
+    depend on it (rows are measured independently)."""
+    import os
+
+    env = os.environ.get("SELBENCH_BOOTSTRAP_THREADS", "").strip()
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError as exc:
+            raise ValueError(
+                f"SELBENCH_BOOTSTRAP_THREADS must be a positive integer, got {env!r}") from exc
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(8, cpus))
 
 
 class Interval(NamedTuple):
@@ -384,7 +406,25 @@ class _Cell:
            all rows (of complex numbers ``confidence + 1j * correct``: both sums at once;
            complex addition adds the two parts separately, in float64).
         4. Brier score and accuracy: sums over nested prefixes of the selection order.
+
+        Every row is measured on its own (the ``batched`` callables are row by row too), so
+        the rows are split among :func:`bootstrap_threads` threads (NumPy's sorts, gathers
+        and reductions release the GIL), with the same result as one thread, bit for bit.
         """
+        R, n = idx.shape
+        threads = min(bootstrap_threads(), R, max(1, R * n // _THREAD_ENTRIES))
+        if threads <= 1:
+            return self._rows_fast(idx)
+        from concurrent.futures import ThreadPoolExecutor
+
+        bounds = np.linspace(0, R, threads + 1).round().astype(int)
+        with ThreadPoolExecutor(threads) as pool:
+            parts = list(pool.map(self._rows_fast, [idx[a:b] for a, b in
+                                                    zip(bounds[:-1], bounds[1:])]))
+        return np.concatenate(parts, axis=1)
+
+    def _rows_fast(self, idx: np.ndarray) -> np.ndarray:
+        """:meth:`rows_fast` of the rows ``idx`` in this thread."""
         R, n = idx.shape
         b = self.betas
         step = max(1, _CHUNK_ENTRIES // n)  # rows at a time: the working set stays in cache
