@@ -37,6 +37,7 @@ import yaml
 from common import machine, matmul_peak, resolve_device, rule, step_flops, target
 from selbench import runner
 from selbench.api import Backbone, Dataset, SplitData
+from selbench.bootstrap import bootstrap_threads
 from selbench.data import ModelOutputs
 from selbench.spec import load_spec
 from selbench.store import OutputCache
@@ -85,7 +86,7 @@ class _SyntheticBackbone(Backbone):
         return synthetic(self.sizes[split], self.d, self.k, seed)
 
 
-def paper_spec(divisor: int) -> dict:
+def paper_spec(divisor: int, resamples: int | None = None) -> dict:
     raw = yaml.safe_load((REPO / "specs" / "paper.yaml").read_text())
     # the paper's experiments only: the optional block of methods beyond the paper is not
     # part of the measured workload (its figures stay comparable across issues)
@@ -97,6 +98,9 @@ def paper_spec(divisor: int) -> dict:
                     params = (m.get(field) or {}).get("params") or {}
                     if "epochs" in params:
                         params["epochs"] = max(1, math.ceil(params["epochs"] / divisor))
+    if resamples is not None:  # the cells' bootstrap intervals (the spec's default: 200)
+        for exp in raw["experiments"]:
+            exp["bootstrap"] = {**(exp.get("bootstrap") or {}), "resamples": resamples}
     return raw
 
 
@@ -189,6 +193,9 @@ def main(argv: list[str] | None = None) -> list[str]:
     ap.add_argument("--epoch-divisor", type=int, default=20)
     ap.add_argument("--max-split", type=int, default=12_000)
     ap.add_argument("--workdir", help="keep the cache and results here (default: a temp dir)")
+    ap.add_argument("--progress", action="store_true", help="the runner's progress bars")
+    ap.add_argument("--resamples", type=int,
+                    help="bootstrap resamples per cell (default: the spec's; 0: no intervals)")
     args = ap.parse_args(argv)
     device = resolve_device(args.device)
     divisor = 1 if args.full else args.epoch_divisor
@@ -197,17 +204,32 @@ def main(argv: list[str] | None = None) -> list[str]:
     rule("method stage of specs/paper.yaml on cached synthetic outputs")
     print(machine(device))
     print("epochs: the paper's" if divisor == 1 else f"epochs: the paper's / {divisor}",
-          "; splits:", "the paper's sizes" if not max_split else f"at most {max_split:,}")
+          "; splits:", "the paper's sizes" if not max_split else f"at most {max_split:,}",
+          "" if args.resamples is None else f"; bootstrap resamples per cell: {args.resamples}")
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="selbench-"))
     try:
-        raw = placeholder_inputs(paper_spec(divisor), work)
+        raw = placeholder_inputs(paper_spec(divisor, args.resamples), work)
         t0 = time.perf_counter()
         fill_cache(raw, work / "cache", max_split)
         print(f"synthetic outputs cached in {time.perf_counter() - t0:.1f} s (not timed below)")
         peak = matmul_peak(device)
+        boot = [0.0]  # seconds in the cells' bootstrap intervals (CPU, part of eval_s)
+        real_intervals = runner.evaluate_intervals
+
+        def timed_intervals(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return real_intervals(*a, **kw)
+            finally:
+                boot[0] += time.perf_counter() - t
+
+        runner.evaluate_intervals = timed_intervals
         t0 = time.perf_counter()
-        report = runner.run(load_spec(raw), out_dir=work / "results", device=device.type,
-                            cache_dir=work / "cache", progress=False, plots=False)
+        try:
+            report = runner.run(load_spec(raw), out_dir=work / "results", device=device.type,
+                                cache_dir=work / "cache", progress=args.progress, plots=False)
+        finally:
+            runner.evaluate_intervals = real_intervals
         wall = time.perf_counter() - t0
         peak = max(peak, matmul_peak(device))
         cells = [json.loads(p.read_text()) for p in (work / "results" / "cells").rglob("*.json")]
@@ -239,6 +261,10 @@ def main(argv: list[str] | None = None) -> list[str]:
     print(f"  FLOP-counted methods (learned selectors, MLP recalibrators): {t_counted:.1f} s "
           f"-> {100 * floor / t_counted:.1f}% of the floor")
     print(f"  other methods (baselines, binning, temperature/Platt only): {t_otherfmt(t_other)}")
+    fit_s = sum(c["timing"]["fit_s"] for c in cells)
+    eval_s = sum(c["timing"]["eval_s"] for c in cells)
+    print(f"  fitting {fit_s:.1f} s; evaluating {eval_s:.1f} s, of which bootstrap intervals "
+          f"{boot[0]:.1f} s ({bootstrap_threads()} threads); the rest {wall - fit_s - eval_s:.1f} s")
     lines = []
     if device.type == "cuda":
         lines.append(target("GPU method stage", wall < 120 and divisor == 1 and not max_split,

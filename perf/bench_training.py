@@ -14,7 +14,9 @@ The logits have K = 10 classes.
   ``BatchedTemperature``);
 * selbench batched, torch.func: the same, with the modules stacked by the engine's generic
   path (``stack_module_state`` + ``functional_call`` + ``vmap``), what a third-party module
-  gets — the measurement that decides whether a hand-stacked module earns its place.
+  gets — the measurement that decides whether a hand-stacked module earns its place;
+* on a GPU, selbench batched with the step launched eagerly (``SELBENCH_CUDA_GRAPHS=0``)
+  instead of replayed from a CUDA graph.
 
 FLOPs are counted analytically (matmuls of the MLP only: forward, weight gradients, input
 gradients except for the first layer — 36.1 MFLOP per step), and set against the float32
@@ -100,6 +102,21 @@ def generic(fn):
         training.stack_selectors, training.stack_recalibrators = saved
 
 
+def eager(fn):
+    """``fn()`` with the engine's CUDA graphs off (``SELBENCH_CUDA_GRAPHS=0``)."""
+    import os
+
+    saved = os.environ.get("SELBENCH_CUDA_GRAPHS")
+    os.environ["SELBENCH_CUDA_GRAPHS"] = "0"
+    try:
+        return fn()
+    finally:
+        if saved is None:
+            del os.environ["SELBENCH_CUDA_GRAPHS"]
+        else:
+            os.environ["SELBENCH_CUDA_GRAPHS"] = saved
+
+
 def scheme(epochs: int):
     params = {"epochs": epochs, "batch_size": BATCH, "lr": LR}
     return get_registry().get("scheme", "joint").build(params)
@@ -143,12 +160,18 @@ def main(argv: list[str] | None = None) -> list[str]:
     t_batch = timed(lambda: scheme(epochs).fit_many(jobs(cells, outs, device)), device)
     t_func = timed(lambda: generic(lambda: scheme(epochs).fit_many(jobs(cells, outs, device))),
                    device)
+    t_eager = None
+    if gpu:  # the same batched training with the step launched eagerly, not from CUDA graphs
+        t_eager = timed(lambda: eager(lambda: scheme(epochs).fit_many(
+            jobs(cells, outs, device))), device)
     peak = max(peak, matmul_peak(device))
 
     per = t_batch / len(cells)
     rows = [("naive loop", t_naive, 1), ("selbench solo fit", t_solo, 1),
             (f"selbench batched ({len(cells)} replicas)", per, len(cells)),
             ("selbench batched, torch.func", t_func / len(cells), len(cells))]
+    if t_eager is not None:
+        rows.append(("selbench batched, no CUDA graphs", t_eager / len(cells), len(cells)))
     print(f"matmul peak (float32, same run): {peak:.1f} GFLOP/s")
     print(f"{'':34s} {'s/config':>10s} {'GFLOP/s':>9s} {'% peak':>7s} {'speed-up':>9s}")
     for name, t, _ in rows:
