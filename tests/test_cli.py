@@ -44,3 +44,19 @@ def test_run_then_rerender_leaderboard(write_spec, tmp_path, capsys):
 def test_leaderboard_of_a_non_results_dir_exits_1(tmp_path, capsys):
     assert main(["leaderboard", str(tmp_path)]) == 1
     assert "no run.json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("var,value", [("SELBENCH_BOOTSTRAP_THREADS", "x"),
+                                       ("SELBENCH_TRAIN_THREADS", "two"),
+                                       ("SELBENCH_CUDA_GRAPHS", "maybe")])
+def test_bad_environment_switch_exits_2_before_running(write_spec, tmp_path, capsys,
+                                                       monkeypatch, var, value):
+    """A SELBENCH_* switch read deep inside a run is checked before it starts: one line
+    naming the variable, exit 2 (bad input), nothing written."""
+    path = write_spec(tiny_spec(seeds=[0]))
+    monkeypatch.setenv(var, value)
+    out = tmp_path / "res"
+    assert main(["run", str(path), "--out", str(out), "--no-progress", "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("selbench: error: environment: " + var) and err.count("\n") == 1
+    assert not out.exists()

@@ -499,6 +499,10 @@ def test_cuda_graphs_only_on_cuda_and_when_no_module_opts_out(monkeypatch):
         assert not engine.cuda_graphs_enabled("cuda", [net])
     monkeypatch.setenv("SELBENCH_CUDA_GRAPHS", "1")
     assert engine.cuda_graphs_enabled("cuda", [net])
+    monkeypatch.setenv("SELBENCH_CUDA_GRAPHS", "sometimes")
+    with pytest.raises(ValueError, match="SELBENCH_CUDA_GRAPHS must be 1 or 0"):
+        engine.cuda_graphs_enabled("cpu", [net])
+    monkeypatch.setenv("SELBENCH_CUDA_GRAPHS", "1")
     monkeypatch.setattr(TanhNet, "cuda_graphs", False, raising=False)  # through torch.func
     assert not engine.cuda_graphs_enabled("cuda", [engine.FuncStack([TanhNet(4)])])
 

@@ -421,9 +421,10 @@ def cuda_graphs_enabled(device: Any, modules: Sequence[torch.nn.Module] = ()) ->
     """Whether :func:`train_replicas` captures its training step in CUDA graphs: on a CUDA
     device, unless ``SELBENCH_CUDA_GRAPHS=0`` or a module (a stacked module, or any
     submodule) declares ``cuda_graphs = False``."""
-    if torch.device(device).type != "cuda":
-        return False
-    if os.environ.get("SELBENCH_CUDA_GRAPHS", "1").strip() in ("0", "false", "no", "off"):
+    env = os.environ.get("SELBENCH_CUDA_GRAPHS", "").strip().lower()
+    if env not in ("", "1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise ValueError(f"SELBENCH_CUDA_GRAPHS must be 1 or 0 (on or off), got {env!r}")
+    if torch.device(device).type != "cuda" or env in ("0", "false", "no", "off"):
         return False
     return all(getattr(sub, "cuda_graphs", True) is not False
                for m in modules for sub in m.modules())
