@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import os
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -76,8 +77,6 @@ def bootstrap_threads() -> int:
     """Threads that measure the resamples of a bootstrap statistic call: the CPUs this
     process may use, at most 8, or ``SELBENCH_BOOTSTRAP_THREADS``. The intervals do not
     depend on it (rows are measured independently)."""
-    import os
-
     env = os.environ.get("SELBENCH_BOOTSTRAP_THREADS", "").strip()
     if env:
         try:

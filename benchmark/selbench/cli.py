@@ -36,29 +36,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def environment_error() -> str | None:
-    """The ``SELBENCH_*`` switches read deep inside a run (training threads, bootstrap
-    threads, CUDA graphs), checked before it starts: the error line, or None."""
-    from selbench.bootstrap import bootstrap_threads
-    from selbench.engine import cuda_graphs_enabled
-    from selbench.torchutils import batched_threads
-
-    try:
-        bootstrap_threads()
-        batched_threads("cpu")
-        cuda_graphs_enabled("cuda")
-    except ValueError as exc:
-        return f"environment: {exc}"
-    return None
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from selbench.runner import run
 
-    problem = environment_error()
-    if problem:
-        _err(problem)
-        return EXIT_BAD_INPUT
     report = run(
         args.spec,
         out_dir=args.out,

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -316,7 +317,6 @@ def train_replicas(
     noise: Sequence[tuple[str | None, int]] = (),
     lane_tables: Sequence[str] = (),
     desc: str | None = None,
-    cuda_graphs: bool | None = None,
 ) -> None:
     """Train the stacked ``modules`` (already on ``device``) in place.
 
@@ -334,9 +334,9 @@ def train_replicas(
     arranges them (ValueError otherwise), for modules that read a lane's batch once (the
     hand-stacked MLP's wide first layer).
 
-    On a CUDA device the step is captured in CUDA graphs (:func:`cuda_graphs_enabled`;
-    ``cuda_graphs`` forces it on or off): the same kernels replayed, so the same numbers as
-    the eager step, at a fraction of the host's launch cost.
+    On a CUDA device the step is captured in CUDA graphs (:func:`cuda_graphs_enabled`):
+    the same kernels replayed, so the same numbers as the eager step, at a fraction of the
+    host's launch cost.
     """
     r_count = len(seeds)
     n = int(next(iter(tables.values())).shape[1])
@@ -398,8 +398,7 @@ def train_replicas(
         return [torch.stack([torch.randn((b, width), generator=gen, device=device)
                              for gen in noise_gens]) for _, width in noise]
 
-    graphs = _GraphedSteps.create(device, modules, optimizer, cuda_graphs, step, noise,
-                                  noise_gens)
+    graphs = _GraphedSteps.create(device, modules, optimizer, step, noise, noise_gens)
     with cpu_threads(device, threads), (graphs.stream() if graphs else nullcontext()):
         perms = epoch_permutations(shuffles, n, int(epochs), device)
         for _, perm in zip(epoch_iter, perms):
@@ -458,9 +457,8 @@ class _GraphedSteps:
         self._stream = torch.cuda.Stream(device=device)
 
     @classmethod
-    def create(cls, device, modules, optimizer, enabled, step, noise, noise_gens):
-        if not (cuda_graphs_enabled(device, modules) if enabled is None else
-                enabled and torch.device(device).type == "cuda"):
+    def create(cls, device, modules, optimizer, step, noise, noise_gens):
+        if not cuda_graphs_enabled(device, modules):
             return None
         if not all(group.get("fused") for group in optimizer.param_groups):
             return None  # the foreach Adam's capturable path computes differently
@@ -510,8 +508,6 @@ class _GraphedSteps:
         return True
 
     def _capture(self, rows, lane_rows, b):
-        import warnings
-
         rows_buf = rows.reshape(-1).clone()  # valid indices while capturing (nothing runs)
         lane_buf = None if lane_rows is None else lane_rows.reshape(-1).clone()
         draw_bufs: list[torch.Tensor | None] = [

@@ -68,6 +68,22 @@ class ExecutorError(ValueError):
     the message names the option. Bad input: ``selbench run`` exits 2."""
 
 
+def check_environment() -> None:
+    """The ``SELBENCH_*`` switches read deep inside a run (training threads, bootstrap
+    threads, CUDA graphs), checked before it starts: :class:`ExecutorError` naming the
+    variable (bad input), not a failure mid-run."""
+    from selbench.bootstrap import bootstrap_threads
+    from selbench.engine import cuda_graphs_enabled
+    from selbench.torchutils import batched_threads
+
+    try:
+        bootstrap_threads()
+        batched_threads("cpu")
+        cuda_graphs_enabled("cuda")
+    except ValueError as exc:
+        raise ExecutorError(f"environment: {exc}") from None
+
+
 # --------------------------------------------------------------------------- options
 class _Options(BaseModel):
     model_config = ConfigDict(extra="forbid")

@@ -1013,8 +1013,9 @@ def run(
         raise SpecError([f"--only: no method labelled {lab!r}; the spec has "
                          f"{', '.join(repr(x) for x in sorted(labels))}" for lab in unknown],
                         resolved.source)
-    from selbench.executors import choose_options, require_submitit
+    from selbench.executors import check_environment, choose_options, require_submitit
 
+    check_environment()  # the SELBENCH_* switches read deep inside the run
     options = choose_options(resolved.spec.executor, executor, workers, retries)
     if options.name == "submitit":
         require_submitit()  # one clear line before anything is written
