@@ -20,6 +20,28 @@ def test_valid_outputs_are_cast_to_the_contract_dtypes():
     np.testing.assert_array_equal(out.predictions(), np.argmax(z.astype(np.float32), 1))
 
 
+
+@pytest.mark.parametrize("k", [2, 3, 10, 1000, 1139])
+def test_confidence_is_the_probability_matrix_row_max_bit_for_bit(k):
+    """confidence() skips the probability matrix (1 / row sum, in blocks of rows): the same
+    float64 values as ``probabilities().max(axis=1)``, across blocks, with tied and extreme
+    logits."""
+    import selbench.data as data
+
+    rng = np.random.default_rng(k)
+    n = data._CONFIDENCE_BLOCK // k + 7  # more than one block
+    z = (rng.standard_normal((n, k)) * 4).astype(np.float32)
+    z[0] = 0.0  # all tied
+    z[1, :2] = [3e38, -3e38]  # the float32 range
+    z[2] = np.round(z[2])  # some ties
+    out = ModelOutputs(features=np.zeros((n, 1), np.float32), logits=z,
+                       labels=rng.integers(0, k, n))
+    want = out.probabilities().max(axis=1)
+    assert want[0] == 1.0 / k and want[1] == 1.0
+    assert np.array_equal(out.confidence().view(np.int64), want.view(np.int64))
+    empty = ModelOutputs(features=np.zeros((0, 1)), logits=np.zeros((0, k)), labels=np.zeros(0))
+    assert empty.confidence().shape == (0,)
+
 @pytest.mark.parametrize("array", ["features", "logits"])
 def test_nan_and_inf_name_the_array(array):
     f, z, y = _arrays()

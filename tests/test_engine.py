@@ -369,6 +369,30 @@ def test_batched_mlp_matches_its_networks_and_writes_back():
         BatchedMLP([*nets, build_mlp(6, [4])])
 
 
+
+def test_run_module_copies_its_inputs_unless_borrowed():
+    """run_module gives a module copies of the arrays (a module may write to its inputs);
+    ``borrow=True`` (the built-in modules, which never do) reads the arrays themselves, with
+    the same outputs; a read-only array is copied even then."""
+
+    class Doubler(torch.nn.Module):  # writes to its input
+        def forward(self, x):
+            return x.mul_(2.0).sum(-1)
+
+    a = np.arange(12, dtype=np.float32).reshape(4, 3)
+    before = a.copy()
+    np.testing.assert_array_equal(run_module(Doubler(), a, index=None), 2 * before.sum(1))
+    np.testing.assert_array_equal(a, before)
+    net = build_mlp(3, [5])
+    np.testing.assert_array_equal(run_module(net, a, index=None, borrow=True),
+                                  run_module(net, a, index=None))
+    run_module(Doubler(), a, index=None, borrow=True)
+    np.testing.assert_array_equal(a, 2 * before)  # borrowed: the promise is the caller's
+    frozen = before.copy()
+    frozen.flags.writeable = False
+    run_module(Doubler(), frozen, index=None, borrow=True)
+    np.testing.assert_array_equal(frozen, before)
+
 def test_runner_fits_a_method_in_one_group_and_an_extended_run_agrees(tmp_path, monkeypatch):
     """All unfinished cells of a method are one fit_many call; a run extended by a seed (its
     cells trained with other replicas than in an uninterrupted run) gives the uninterrupted

@@ -321,7 +321,7 @@ def test_top_label_equals_confidence_and_correct(k):
         labels = np.random.default_rng(12).integers(0, k, n)
         out = ModelOutputs(features=np.zeros((n, 1), np.float32), logits=z, labels=labels)
         conf, correct = binning._top_label(out)
-        assert np.array_equal(bits(conf), bits(out.confidence()))
+        assert np.array_equal(bits(conf), bits(out.probabilities().max(axis=1)))
         assert np.array_equal(bits(correct), bits(out.correct()))
 
 

@@ -188,7 +188,7 @@ class MLPRecalibrator(DifferentiableRecalibrator):
 
     def confidence(self, outputs: ModelOutputs) -> np.ndarray:
         self._check(outputs)
-        return np.clip(run_module(self.module_, outputs.logits, outputs.features), 0.0, 1.0)
+        return np.clip(run_module(self.module_, outputs.logits, outputs.features, borrow=True), 0.0, 1.0)
 
     def module(self, outputs: ModelOutputs, context: FitContext) -> torch.nn.Module:
         self._check(outputs)

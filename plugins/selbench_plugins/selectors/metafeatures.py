@@ -249,7 +249,7 @@ class MetaFeatureSelector(TrainableSelector):
                 f"{WHO} is not trained; train it with the "
                 + ", ".join(repr(s) for s in TRAINING_SCHEMES) + " scheme"
             )
-        return run_module(self.module_, self.inputs(outputs), index=None)
+        return run_module(self.module_, self.inputs(outputs), index=None, borrow=True)
 
     # ------------------------------------------------------------------ helpers
     def _raw(self, outputs: ModelOutputs, emb_cols: dict[str, np.ndarray]) -> np.ndarray:

@@ -93,13 +93,15 @@ class MLPSelector(TrainableSelector):
     def inputs(self, outputs: ModelOutputs) -> np.ndarray:
         """The selector's input matrix, float32 ``[N, d_in]`` (a new array)."""
         check_outputs(outputs, "selector 'mlp'")
+        return np.array(self._input_of(outputs), dtype=np.float32)
+
+    def _input_of(self, outputs: ModelOutputs) -> np.ndarray:
+        """What ĝ reads, without a copy where the outputs hold it (scoring only reads it)."""
         if self.input == "features":
-            x = outputs.features
-        elif self.input == "logits":
-            x = outputs.logits
-        else:
-            x = outputs.probabilities()
-        return np.array(x, dtype=np.float32)
+            return outputs.features
+        if self.input == "logits":
+            return outputs.logits
+        return outputs.probabilities().astype(np.float32)
 
     def init_module(self, outputs: ModelOutputs, context: FitContext) -> torch.nn.Module:
         """Create, store as ``module_`` and return a freshly initialised selector network."""
@@ -126,10 +128,10 @@ class MLPSelector(TrainableSelector):
                 + ", ".join(repr(s) for s in TRAINING_SCHEMES)
                 + " scheme"
             )
-        x = self.inputs(outputs)
+        x = self._input_of(outputs)
         if x.shape[1] != self.input_dim_:
             raise ValueError(
                 f"{self.input}: selector 'mlp' was trained on inputs of dimension "
                 f"{self.input_dim_}, got {x.shape[1]}"
             )
-        return run_module(self.module_, x, index=None)
+        return run_module(self.module_, x, index=None, borrow=True)
