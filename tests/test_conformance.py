@@ -69,7 +69,8 @@ def test_every_selector_and_recalibrator_is_covered():
                           "check_unfitted", "check_clone", "check_pickle",
                           "check_outputs_are_per_example"):
                 assert f"{kind}-{name}-{check}" in ids
-    assert "selector-mlp-check_fit_many_equals_fit" in ids
+    for name in REGISTRY.names("selector"):  # trainable or not (Selector.fit_many)
+        assert f"selector-{name}-check_fit_many_equals_fit" in ids
     assert "selector-mlp-check_trainable_protocol" in ids
     for name in ("temperature", "platt", "mlp", "none"):
         assert f"recalibrator-{name}-check_joint_fit_many_equals_fit" in ids

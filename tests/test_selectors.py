@@ -64,6 +64,38 @@ def test_isolation_forest_is_seeded():
     assert not np.array_equal(a, c)
 
 
+
+@pytest.mark.parametrize("name, fits", [("isolation-forest", 5), ("one-class-svm", 2)])
+def test_baselines_fit_many_equals_fit(monkeypatch, name, fits):
+    """Selector.fit_many (called by the recalibration scheme with a method's seeds x
+    training beta): the One-class SVM fits equal features once (its fit reads neither the
+    seed nor beta), the Isolation Forest fits every selector (the default); either way every
+    selector ends as its own fit would, with its own learned state; every confidence is
+    checked."""
+    a, b = synthetic(seed=0), synthetic(seed=1)
+    # seed, data: three distinct (seed, data) pairs, two distinct data
+    plan = [(0, a), (0, a), (1, a), (2, b), (2, b)]
+    cls = type(build(name))
+    calls = []
+    real_fit = cls.fit
+    monkeypatch.setattr(cls, "fit", lambda self, *args: calls.append(1) or real_fit(self, *args))
+    many = [build(name) for _ in plan]
+    cls.fit_many(many, [out for _, out in plan], [out.confidence() for _, out in plan],
+                 [FitContext(seed=s, beta=0.5 + 0.1 * i) for i, (s, _) in enumerate(plan)])
+    assert len(calls) == fits
+    ev = synthetic(n=50, seed=5)
+    for sel, (seed, out) in zip(many, plan):
+        alone = real_fit(build(name), out, out.confidence(), FitContext(seed=seed))
+        np.testing.assert_array_equal(sel.score(ev, ev.confidence()),
+                                      alone.score(ev, ev.confidence()))
+    learned = "forest_" if name == "isolation-forest" else "svm_"
+    assert getattr(many[0], learned) is not getattr(many[1], learned)
+    bad = a.confidence()
+    bad[3] = np.nan
+    with pytest.raises(ValueError, match=f"^confidence: selector '{name}' got NaN"):
+        cls.fit_many([build(name), build(name)], [a, a], [a.confidence(), bad],
+                     [FitContext(seed=0), FitContext(seed=0)])
+
 def test_one_class_svm_standardises_the_features():
     out = synthetic()
     scaled = ModelOutputs(features=out.features * 100 + 5, logits=out.logits, labels=out.labels)

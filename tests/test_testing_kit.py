@@ -801,6 +801,26 @@ def test_several_broken_rules_are_reported_together():
     assert lines[1:] == [f"  {e}" for e in err.errors]
 
 
+def test_selector_fit_many_must_equal_fit():
+    """A non-trainable selector's Selector.fit_many (the recalibration scheme's path) is
+    checked against one fit per replica, as a recalibrator's."""
+
+    class FirstDataOnly(Margin):  # "equal data fitted once" without comparing the data
+        @classmethod
+        def fit_many(cls, selectors, outputs, confidences, contexts):
+            selectors[0].fit(outputs[0], confidences[0], contexts[0])
+            for sel in selectors[1:]:
+                sel.spread_ = selectors[0].spread_
+
+    check_plugin("selector", Margin, checks=["check_fit_many_equals_fit"])
+    err = failure("selector", FirstDataOnly, "check_fit_many_equals_fit")
+    assert re.fullmatch(
+        r"selector FirstDataOnly: check_fit_many_equals_fit: scheme 'recalibration': "
+        r"replica 2 \(seed 1, beta 0.6\) fitted by fit_many gives a different selector "
+        r"score than fitted alone by fit \(.*\); "
+        r"fit_many must leave every replica as its own fit would", str(err))
+
+
 # ---------------------------------------------------------------- the API
 def test_which_checks_apply():
     shrink, temp = dict(plugin_checks("recalibrator", Shrink)), dict(
@@ -809,7 +829,8 @@ def test_which_checks_apply():
                                        "check_joint_fit_many_equals_fit"}
     margin, gate = dict(plugin_checks("selector", Margin)), dict(
         plugin_checks("selector", LinearGate))
-    assert set(gate) - set(margin) == {"check_trainable_protocol", "check_fit_many_equals_fit"}
+    assert set(gate) - set(margin) == {"check_trainable_protocol"}
+    assert "check_fit_many_equals_fit" in margin  # every selector: Selector.fit_many
     assert set(margin) - set(gate) == {"check_fit_returns_self"}
     assert set(shrink) <= set(all_checks("recalibrator"))
     assert all(all_checks("selector").values())  # every check states its rule

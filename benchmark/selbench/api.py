@@ -663,6 +663,26 @@ class Selector(PluginBase, abc.ABC):
     def score(self, outputs: ModelOutputs, confidence: np.ndarray) -> np.ndarray:
         """Selection scores, float64 ``[N]``; higher means more likely to be accepted."""
 
+    @classmethod
+    def fit_many(
+        cls,
+        selectors: Sequence[Selector],
+        outputs: Sequence[ModelOutputs],
+        confidences: Sequence[np.ndarray],
+        contexts: Sequence[FitContext],
+    ) -> None:
+        """Fit ``selectors[i]`` on ``outputs[i]`` and ``confidences[i]`` with
+        ``contexts[i]``, each exactly as its own :meth:`fit` would.
+
+        The ``recalibration`` scheme calls this with all the replicas of a method (its
+        seeds × training β), every selector of exactly this class, so that a class whose fit
+        reads neither β nor (for some) the seed can fit equal ones once: in a leaderboard the
+        training β's of one seed fit on the same data. The default fits them one after the
+        other.
+        """
+        for selector, out, conf, context in zip(selectors, outputs, confidences, contexts):
+            selector.fit(out, conf, context)
+
 
 class TrainableSelector(Selector):
     """A selector trained by a scheme (``selection``, ``sequential``, ``joint``) through a

@@ -35,8 +35,8 @@ checks that apply to a plugin):
   unfitted use raises a ``ValueError`` (scikit-learn's ``NotFittedError`` is one) unless the
   plugin works unfitted; bad input (not ``ModelOutputs``, no rows, confidence of the wrong
   length, features of another width) raises a ``ValueError`` / ``TypeError`` naming the
-  argument; ``sklearn.base.clone`` and a pickle round trip; for trainable selectors and for
-  every recalibrator, ``Scheme.fit_many`` over several replicas equals ``Scheme.fit`` of each;
+  argument; ``sklearn.base.clone`` and a pickle round trip; for every selector and
+  recalibrator, ``Scheme.fit_many`` over several replicas equals ``Scheme.fit`` of each;
   for differentiable recalibrators the module protocol and joint training.
 * **loss** (selection and coverage losses): a finite scalar tensor, differentiable in ĝ (and
   in the confidence, or the log-probabilities for a loss that ``needs_log_probs``),
@@ -1077,12 +1077,14 @@ def _compare_replicas(prefix: str, results) -> None:
                     "fit_many must leave every replica as its own fit would")
 
 
-@_check("selector", applies=_trainable)
+@_check("selector")
 def check_fit_many_equals_fit(s: _Subject) -> None:
     """Fitting replicas (two seeds x two training betas) together with ``Scheme.fit_many``
-    leaves each exactly (to 1e-5) as fitting it alone with ``Scheme.fit`` (selector: scheme
-    ``selection``; recalibrator: scheme ``recalibration``), each job owning its state."""
-    if s.kind == "selector":
+    leaves each exactly (to 1e-5) as fitting it alone with ``Scheme.fit`` (trainable
+    selector: scheme ``selection``; any other selector, through its class's
+    ``Selector.fit_many``, and recalibrator: scheme ``recalibration``), each job owning its
+    state."""
+    if s.kind == "selector" and _is_trainable(s.probe):
         _compare_replicas("scheme 'selection': ",
                           _fit_many_jobs(s, "selection", train_selector=True))
     else:

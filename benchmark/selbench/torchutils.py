@@ -9,7 +9,8 @@ recalibrators and schemes use them; so may a third-party plugin).
   :func:`epoch_permutations` (each replica's batch order, as a solo loop draws it);
 * the MLP of the learned selector and MLP recalibrator: :func:`build_mlp`, and
   :class:`BatchedMLP`, R of them trained as one (hand-stacked for
-  :mod:`selbench.engine`); :func:`equal_groups` finds equal replicas, :func:`batched_adam`
+  :mod:`selbench.engine`); :func:`equal_groups` finds equal replicas (:func:`fit_once_per_group` fits
+  each group once), :func:`batched_adam`
   is the engine's optimiser.
 
 The code digest of a plugin that imports this module covers it (:mod:`selbench.codeid`), so
@@ -19,6 +20,7 @@ editing it recomputes the cells of those plugins.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -38,6 +40,7 @@ __all__ = [
     "device_of",
     "epoch_permutations",
     "equal_groups",
+    "fit_once_per_group",
     "mlp_linears",
     "run_module",
     "seeded_init",
@@ -125,6 +128,20 @@ def equal_groups(seeds: Sequence[int], same: Callable[[int, int], bool]) -> list
         else:
             groups.append([i])
     return groups
+
+
+def fit_once_per_group(objects: Sequence[Any], groups: list[list[int]],
+                       fit: Callable[[int], Any]) -> None:
+    """``fit(i)`` for the first index ``i`` of each group of :func:`equal_groups`; every
+    other member of the group gets a deep copy of that object's learned attributes (the
+    names ending in ``_``), for estimators whose fit is the same on the group's members
+    (equal parameters and data; see the callers)."""
+    for group in groups:
+        first = objects[group[0]]
+        fit(group[0])
+        learned = {k: v for k, v in vars(first).items() if k.endswith("_")}
+        for j in group[1:]:
+            vars(objects[j]).update(copy.deepcopy(learned))
 
 
 def epoch_permutations(generators: Sequence[torch.Generator], n: int, epochs: int,

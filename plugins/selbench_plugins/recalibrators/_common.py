@@ -5,7 +5,6 @@ alone, and what binary / top-label scaling of one probability (``platt``, ``beta
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
@@ -14,7 +13,13 @@ import torch
 from selbench.api import DifferentiableRecalibrator, FitContext
 from selbench.checks import NotFittedError, check_outputs
 from selbench.data import ModelOutputs
-from selbench.torchutils import EVAL_CHUNK, device_of, equal_groups, run_module
+from selbench.torchutils import (
+    EVAL_CHUNK,
+    device_of,
+    equal_groups,
+    fit_once_per_group,
+    run_module,
+)
 
 __all__ = [
     "BatchedBinaryOrTopLabel", "BinaryOrTopLabelModule", "BinaryOrTopLabelRecalibrator",
@@ -56,12 +61,8 @@ def fit_once_per_data(recalibrators: Sequence[Any], outputs: Sequence[ModelOutpu
         and np.array_equal(outputs[a].logits, outputs[b].logits)
         and np.array_equal(outputs[a].labels, outputs[b].labels),
     )
-    for group in groups:
-        first = recalibrators[group[0]]
-        first.fit(outputs[group[0]], contexts[group[0]])
-        learned = {k: v for k, v in vars(first).items() if k.endswith("_")}
-        for j in group[1:]:
-            vars(recalibrators[j]).update(copy.deepcopy(learned))
+    fit_once_per_group(recalibrators, groups,
+                       lambda i: recalibrators[i].fit(outputs[i], contexts[i]))
 
 
 #: Value buckets of the fast paths below: ``floor(v * 2**16)`` is exact in binary floating

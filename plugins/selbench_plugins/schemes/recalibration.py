@@ -62,16 +62,22 @@ class RecalibrationScheme(Scheme):
     def fit_many(self, jobs: Sequence[FitJob]) -> RecalibrationScheme:
         """Fit every job as :meth:`fit` would. With ``fit_on='all'`` the recalibrators are
         fitted first, by their class's ``fit_many`` (the MLP recalibrator's trains them as one
-        batched model); then each selector is fitted on its recalibrated confidence."""
+        batched model); then the selectors, each on its recalibrated confidence, by their
+        class's :meth:`~selbench.api.Selector.fit_many` (the baselines fit equal ones once)."""
         jobs = list(jobs)
         if self.fit_on != "all":
             return super().fit_many(jobs)
         for job in jobs:
             self._check(job.outputs, job.selector)
         fit_recalibrators(jobs)
+        by_class: dict[type, list[FitJob]] = {}
         for job in jobs:
-            job.selector.fit(job.outputs, job.recalibrator.confidence(job.outputs), job.context)
-            self.kept_ = np.arange(len(job.outputs))
+            by_class.setdefault(type(job.selector), []).append(job)
+        for cls, members in by_class.items():
+            cls.fit_many([j.selector for j in members], [j.outputs for j in members],
+                         [j.recalibrator.confidence(j.outputs) for j in members],
+                         [j.context for j in members])
+        self.kept_ = np.arange(len(jobs[-1].outputs))
         return self
 
     def fit(self, outputs: ModelOutputs, *, selector, recalibrator, loss, coverage,
