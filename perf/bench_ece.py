@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> list[str]:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
     import calibration
-    from selbench.metrics import ece, top_label
+    from selbench.measure.metrics import ece, top_label
 
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(args.n, args.classes)) * 2.0

@@ -5,7 +5,7 @@ dimension, classes and split sizes of Camelyon17 (DenseNet-121, 1024-d, 2 classe
 85,054), ImageNet (ResNet-34, 512-d, 1000 classes, 50,000), RxRx1 (ResNet-50, 2048-d, 1139
 classes, 9,854 / 34,432) and CIFAR-100-C (CLIP ViT-B/32, 512-d, 100 classes, 10,000 / 50,000)
 — written into a fresh output cache under the very keys the runner computes for
-``specs/paper.yaml``. Then ``selbench.runner.run`` runs the spec unchanged (every method, 5
+``specs/paper.yaml``. Then ``selbench.execution.runner.run`` runs the spec unchanged (every method, 5
 seeds, every training β): the whole method stage, cells and leaderboard, no plots.
 
 FLOPs are counted analytically for what is matmul-bound: training the MLP selectors (and
@@ -35,12 +35,12 @@ from pathlib import Path
 import numpy as np
 import yaml
 from common import machine, matmul_peak, resolve_device, rule, step_flops, target
-from selbench import runner
-from selbench.api import Backbone, Dataset, SplitData
-from selbench.bootstrap import bootstrap_threads
-from selbench.data import ModelOutputs
+from selbench.contract.api import Backbone, Dataset, SplitData
+from selbench.contract.data import ModelOutputs
+from selbench.execution import runner
+from selbench.measure.bootstrap import bootstrap_threads
 from selbench.spec import load_spec
-from selbench.store import OutputCache
+from selbench.store.cache import OutputCache
 
 REPO = Path(__file__).resolve().parents[1]
 TRAINING = ("selection", "sequential", "joint")
@@ -108,8 +108,8 @@ def placeholder_inputs(raw: dict, work: Path) -> dict:
     """Point every declared input file/folder of the datasets and backbones at an empty
     placeholder under ``work`` (the synthetic outputs replace what they would be read for;
     the spec validates only when its inputs exist)."""
-    from selbench.inputs import declared_inputs
-    from selbench.plugins import get_registry
+    from selbench.contract.inputs import declared_inputs
+    from selbench.contract.registry import get_registry
 
     reg = get_registry()
     for exp in raw["experiments"]:

@@ -525,7 +525,7 @@ def binning_workload(n: int, repeats: int, report: Report) -> None:
 
 # ------------------------------------------------------------------------------ 4. ece
 def ece_workload(n: int, source: str, repeats: int, report: Report) -> None:
-    from selbench.metrics import ece, top_label
+    from selbench.measure.metrics import ece, top_label
 
     k = 10
     z, labels = make_data(n, k, temperature=1.0)

@@ -3,7 +3,7 @@
 
 The paper's method stage is set up as in ``bench_paper.py``: synthetic model outputs of the
 paper's shapes are written into a fresh output cache under the keys the runner computes for
-``specs/paper.yaml`` (not timed), then ``selbench.runner.run`` runs the spec twice on that
+``specs/paper.yaml`` (not timed), then ``selbench.execution.runner.run`` runs the spec twice on that
 cache, into two results directories: every cell in one process (``inline``), then as one job
 per method on a pool of ``--workers`` processes (``local``; worker start-up included). Both
 leaderboards must be byte-identical (the benchmark errors otherwise); the speed-up is
@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from bench_paper import SHAPES, fill_cache, paper_spec, placeholder_inputs
 from common import machine, resolve_device, rule, target
-from selbench import runner
+from selbench.execution import runner
 from selbench.spec import load_spec
 
 

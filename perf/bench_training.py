@@ -32,8 +32,8 @@ import numpy as np
 import torch
 from common import machine, matmul_peak, resolve_device, rule, step_flops, target, timed
 from selbench import FitContext, ModelOutputs
-from selbench.api import FitJob
-from selbench.plugins import get_registry
+from selbench.contract.api import FitJob
+from selbench.contract.registry import get_registry
 
 N, D, K, HIDDEN, BATCH, LR, LAM = 1000, 512, 10, [128, 128], 100, 5e-4, 32.0
 
@@ -90,7 +90,7 @@ def jobs(cells, outs, device) -> list[FitJob]:
 
 def generic(fn):
     """``fn()`` with the training engine's generic torch.func stacking for every module."""
-    from selbench import engine
+    from selbench.training import engine
     from selbench_plugins.schemes import training
 
     saved = training.stack_selectors, training.stack_recalibrators

@@ -1,4 +1,4 @@
-"""Risk–coverage metrics: selbench.riskcoverage vs torch-uncertainty (a workload of
+"""Risk–coverage metrics: selbench.measure.riskcoverage vs torch-uncertainty (a workload of
 ``bench_peers.py``).
 
 ``workload(n, repeats, report)`` times AURC, AUGRC, coverage at a risk level and risk at a
@@ -48,8 +48,8 @@ def workload(n: int, repeats: int, report) -> None:
     """Time and check the four risk–coverage rows at ``n`` examples (K = 10)."""
     import torch
     from bench_peers import Row, make_data, peer, softmax64, timeit
-    from selbench.metrics import top_label
-    from selbench.riskcoverage import augrc, aurc, coverage_at_risk, risk_at_coverage
+    from selbench.measure.metrics import top_label
+    from selbench.measure.riskcoverage import augrc, aurc, coverage_at_risk, risk_at_coverage
 
     z, labels = make_data(n, K, temperature=1.0)
     probs = softmax64(z)

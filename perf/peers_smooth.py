@@ -1,11 +1,11 @@
-"""selbench.smooth against its peers: the smooth ECE (relplot) and the class-wise ECE
+"""selbench.measure.smooth against its peers: the smooth ECE (relplot) and the class-wise ECE
 (uncertainty-calibration), a section of ``bench_peers.py``.
 
 :func:`workload` times, for one size ``n``, on the seeded synthetic data of ``bench_peers``
 (``make_data``; float64 softmax probabilities made outside the timed calls):
 
 1. smECE of the top-label confidence and correctness, N = ``n``, K = 10 (labels from
-   ``softmax(z)``): ``selbench.smooth.smece`` vs ``relplot.smECE`` (the reference: values
+   ``softmax(z)``): ``selbench.measure.smooth.smece`` vs ``relplot.smECE`` (the reference: values
    within :data:`SMECE_ATOL`). torch-uncertainty's ``SmoothCalibrationError(kernel_type=
    "reflected")`` is a port of relplot computed in float32 (its ``index_add_`` needs float32
    inputs) with ``int(10 / s)`` evaluation points where relplot rounds: timed for reference in
@@ -36,7 +36,7 @@ import numpy as np
 
 #: sizes of a full run: the leaderboard's per-coverage call size and a large one
 SIZES = (3_000, 1_000_000)
-#: smECE: relplot's value within this (the contract of selbench.smooth.smece)
+#: smECE: relplot's value within this (the contract of selbench.measure.smooth.smece)
 SMECE_ATOL = 1e-6
 #: class-wise ECE: the library's value within this
 CLASSWISE_ATOL = 1e-12
@@ -61,7 +61,7 @@ def _check(report: Any, what: str, got: float, ref: float, atol: float) -> tuple
 
 def smece_rows(n: int, repeats: int, report: Any) -> None:
     from bench_peers import Row, make_data, peer, softmax64, timeit, top
-    from selbench.smooth import smece
+    from selbench.measure.smooth import smece
 
     z, labels = make_data(n, 10, temperature=1.0)
     conf, correct = top(softmax64(z), labels)
@@ -111,7 +111,7 @@ def smece_rows(n: int, repeats: int, report: Any) -> None:
 
 def classwise_rows(n: int, repeats: int, report: Any) -> None:
     from bench_peers import Row, make_data, peer, softmax64, timeit
-    from selbench.smooth import classwise_ece
+    from selbench.measure.smooth import classwise_ece
 
     k = K_CLASSWISE
     z, labels = make_data(n, k)

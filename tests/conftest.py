@@ -94,7 +94,7 @@ def reseal_cell(path) -> None:
     (tests that fabricate results on purpose; any other edit is detected and recomputed)."""
     import json as _json
 
-    from selbench.results import CellRecord
+    from selbench.store.results import CellRecord
 
     record = CellRecord.model_validate(_json.loads(path.read_text()))
     path.write_text(_json.dumps(record.sealed().model_dump(mode="json")))
@@ -129,7 +129,7 @@ def plugin_site(root: Path, dist: str, modules: dict[str, str], clear_env=()):
     refreshed; the environment variables ``clear_env`` unset. Undone on exit."""
     import sys
 
-    from selbench.plugins import AUTOLOAD_ENV, get_registry
+    from selbench.contract.registry import AUTOLOAD_ENV, get_registry
 
     root = install_distribution(root, dist, "1.0", modules)
     with pytest.MonkeyPatch.context() as mp:

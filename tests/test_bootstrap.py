@@ -1,4 +1,4 @@
-"""Tests of selbench.bootstrap: the wrapper equals scipy, intervals mean what they say, and the
+"""Tests of selbench.measure.bootstrap: the wrapper equals scipy, intervals mean what they say, and the
 vectorised cell measurement equals the plain loop over ``selective_metrics`` for scipy's draws."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import warnings
 import numpy as np
 import pytest
 import scipy.stats
-from selbench import bootstrap as BS
-from selbench import metrics as M
-from selbench.bootstrap import bootstrap_ci, selective_intervals
+from selbench.measure import bootstrap as BS
+from selbench.measure import metrics as M
+from selbench.measure.bootstrap import bootstrap_ci, selective_intervals
 
 STREAM = 0xB007
 
@@ -423,7 +423,7 @@ def test_threads_do_not_change_the_intervals(monkeypatch):
     """The resamples of a statistic call are split among threads (rows are measured
     independently): the bootstrap distribution is the one-thread one, bit for bit, for the
     runner's metric set (binned metrics, extra and ranking callables)."""
-    from selbench.evaluate import intervals
+    from selbench.measure.evaluate import intervals
 
     scores, conf, correct = cell_data(3000, "tied_scores")
     arrays = {"score": scores, "confidence": conf, "correct": correct}

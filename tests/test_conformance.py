@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from selbench.api import KINDS
-from selbench.plugins import get_registry
+from selbench.contract.api import KINDS
+from selbench.contract.registry import get_registry
 from selbench.testing import make_outputs, parametrize_with_checks
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

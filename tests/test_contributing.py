@@ -10,8 +10,8 @@ import sys
 import pytest
 import yaml
 from conftest import REPO, install_distribution, tiny_spec
-from selbench.plugins import AUTOLOAD_ENV, get_registry
-from selbench.runner import run
+from selbench.contract.registry import AUTOLOAD_ENV, get_registry
+from selbench.execution.runner import run
 from selbench.testing import check_plugin
 
 

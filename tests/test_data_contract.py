@@ -26,7 +26,7 @@ def test_confidence_is_the_probability_matrix_row_max_bit_for_bit(k):
     """confidence() skips the probability matrix (1 / row sum, in blocks of rows): the same
     float64 values as ``probabilities().max(axis=1)``, across blocks, with tied and extreme
     logits."""
-    import selbench.data as data
+    import selbench.contract.data as data
 
     rng = np.random.default_rng(k)
     n = data._CONFIDENCE_BLOCK // k + 7  # more than one block

@@ -7,9 +7,9 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from selbench.api import FitContext, params_model
-from selbench.metrics import ece
-from selbench.plugins import get_registry
+from selbench.contract.api import FitContext, params_model
+from selbench.contract.registry import get_registry
+from selbench.measure.metrics import ece
 from selbench_plugins.backbones.digits_net import DigitsNet
 from selbench_plugins.datasets.digits import (
     CORRUPTIONS,

@@ -1,4 +1,4 @@
-"""The training engine (:mod:`selbench.engine`): ``fit_many`` trains all replicas of a method
+"""The training engine (:mod:`selbench.training.engine`): ``fit_many`` trains all replicas of a method
 as one model, any module is batched (hand-stacked or through ``torch.func``), and every
 replica ends where its own ``fit`` would (to float rounding)."""
 
@@ -10,17 +10,18 @@ import numpy as np
 import pytest
 import torch
 from conftest import sampled_linear_task, tiny_spec
-from selbench import FitContext, ModelOutputs, engine
-from selbench import runner as runner_mod
-from selbench.api import (
+from selbench import FitContext, ModelOutputs
+from selbench.contract.api import (
     DifferentiableRecalibrator,
     FitJob,
     Scheme,
     SelectionLoss,
     TrainableSelector,
 )
-from selbench.plugins import get_registry
-from selbench.torchutils import BatchedMLP, build_mlp, run_module, seeded_init
+from selbench.contract.registry import get_registry
+from selbench.execution import runner as runner_mod
+from selbench.training import engine
+from selbench.training.torchutils import BatchedMLP, build_mlp, run_module, seeded_init
 from selbench_plugins.selectors.mlp import MLPSelectorNet
 
 TOL = 1e-5

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from conftest import REPO, sampled_linear_task
 from selbench import DataError, ModelOutputs, SelectiveRecalibrator
-from selbench.api import FitContext, Scheme
-from selbench.estimator import ParamsError
-from selbench.evaluate import measure, score
-from selbench.metrics import DEFAULT_BETAS, accept_mask
+from selbench.contract.api import FitContext, Scheme
+from selbench.library.estimator import ParamsError
+from selbench.measure.evaluate import measure, score
+from selbench.measure.metrics import DEFAULT_BETAS, accept_mask
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
@@ -77,7 +77,7 @@ def test_defaults_are_the_papers_method(data):
              for k in ("selector", "recalibrator", "scheme", "loss", "coverage")}
     assert names == {"selector": "MLPSelector", "recalibrator": "TemperatureScaling",
                      "scheme": "JointScheme", "loss": "STLBCE", "coverage": "QuadraticCoverage"}
-    from selbench.runner import resolve_device
+    from selbench.execution.runner import resolve_device
 
     assert est.device_ == resolve_device("auto")
     assert (est.n_classes_, est.feature_dim_, est.features_given_) == (4, 6, True)
@@ -374,10 +374,10 @@ def test_each_quickstart_method_is_its_estimator(tmp_path):
     fit does — one fitting path)."""
     import selbench
     from conftest import tiny_spec
-    from selbench import runner as runner_mod
-    from selbench.evaluate import eval_rows, fit_indices
+    from selbench.execution import runner as runner_mod
+    from selbench.measure.evaluate import eval_rows, fit_indices
     from selbench.spec import load_spec
-    from selbench.store import OutputCache
+    from selbench.store.cache import OutputCache
 
     methods = _quickstart_methods()
     spec = tiny_spec(seeds=[3], methods=methods, train_beta=0.5, n_fit=300, n_eval=400)

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import yaml
 from selbench import FitContext, ModelOutputs
-from selbench import metrics as M
-from selbench.plots import accepted_mask
-from selbench.plugins import get_registry
+from selbench.contract.registry import get_registry
+from selbench.measure import metrics as M
+from selbench.reporting.plots import accepted_mask
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Executors (selbench.executors): inline, a local process pool and submitit give the same
+"""Executors (selbench.execution.executors): inline, a local process pool and submitit give the same
 leaderboard byte for byte; failed jobs are reported with their method, seeds, error and log;
 finished cells survive a failed or killed job and are reused on the rerun; two jobs never
 write the same cell; bad executor input is one line and exit 2."""
@@ -14,14 +14,14 @@ import pytest
 import yaml
 from conftest import plugin_site, tiny_spec
 from selbench.cli import main
-from selbench.executors import (
+from selbench.execution.executors import (
     ExecutorError,
     LocalOptions,
     SubmititOptions,
     choose_options,
 )
-from selbench.results import ResultsDir, ResultsError
-from selbench.runner import JobsFailed, RunError, Unit, WorkContext, run, run_unit
+from selbench.execution.runner import JobsFailed, RunError, Unit, WorkContext, run, run_unit
+from selbench.store.results import ResultsDir, ResultsError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -231,9 +231,9 @@ def _context(resolved, out, cache) -> WorkContext:
 
 
 def test_two_jobs_never_write_the_same_cell(site, tmp_path):
-    from selbench.runner import identify, method_groups, plan_cells
+    from selbench.execution.runner import identify, method_groups, plan_cells
     from selbench.spec import load_spec
-    from selbench.store import OutputCache
+    from selbench.store.cache import OutputCache
 
     resolved = load_spec(spec())
     out, cache = tmp_path / "out", OutputCache(tmp_path / "cache")
@@ -349,7 +349,7 @@ def test_slurm_options_reach_the_sbatch_script(tmp_path, monkeypatch):
     """Without a cluster: a stand-in ``srun`` on PATH lets submitit build its Slurm executor,
     whose sbatch script must carry every option of the executor block."""
     pytest.importorskip("submitit")
-    from selbench.executors import SubmititBackend
+    from selbench.execution.executors import SubmititBackend
 
     fake = tmp_path / "bin"
     fake.mkdir()
@@ -373,7 +373,7 @@ def test_slurm_options_reach_the_sbatch_script(tmp_path, monkeypatch):
 
 def test_slurm_without_slurm_is_one_line(tmp_path, monkeypatch):
     pytest.importorskip("submitit")
-    from selbench.executors import SubmititBackend
+    from selbench.execution.executors import SubmititBackend
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no srun, no sbatch
     with pytest.raises(ExecutorError, match=r'^executor submitit: Could not detect "srun"'):

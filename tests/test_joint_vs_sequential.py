@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 from selbench import FitContext
-from selbench.api import DifferentiableRecalibrator
-from selbench.plugins import get_registry
+from selbench.contract.api import DifferentiableRecalibrator
+from selbench.contract.registry import get_registry
 from test_schemes import synthetic
 
 REGISTRY = get_registry()

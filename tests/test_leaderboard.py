@@ -10,9 +10,9 @@ import pytest
 from conftest import reseal_cell, tiny_spec
 from scipy import stats as sps
 from selbench.cli import main
-from selbench.leaderboard import LeaderboardError, build_tables, write_leaderboard
-from selbench.metrics import auc
-from selbench.runner import run, slug
+from selbench.execution.runner import run, slug
+from selbench.measure.metrics import auc
+from selbench.reporting.leaderboard import LeaderboardError, build_tables, write_leaderboard
 
 TEMP = {"scheme": {"name": "recalibration"}, "recalibrator": {"name": "temperature"}}
 METHODS = [

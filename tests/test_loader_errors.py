@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import yaml
 from conftest import REPO
-from selbench.data import DataError
+from selbench.contract.data import DataError
 from selbench_plugins.datasets import cifar, precomputed
 from selbench_plugins.datasets.cifar import CIFAR100, read_cifar100
 from selbench_plugins.datasets.precomputed import PrecomputedDataset

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from pydantic import ValidationError
-from selbench.plugins import get_registry
+from selbench.contract.registry import get_registry
 
 
 def build(name, params=None):

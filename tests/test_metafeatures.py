@@ -9,9 +9,9 @@ import pickle
 import numpy as np
 import pytest
 from selbench import FitContext, ModelOutputs
-from selbench.api import FitJob
-from selbench.checks import NotFittedError
-from selbench.plugins import get_registry
+from selbench.contract.api import FitJob
+from selbench.contract.checks import NotFittedError
+from selbench.contract.registry import get_registry
 from selbench_plugins.selectors import metafeatures as mf
 from sklearn.ensemble import IsolationForest
 from sklearn.neighbors import KernelDensity, LocalOutlierFactor, NearestNeighbors

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import tiny_spec
-from selbench import metrics as M
 from selbench.cli import main
-from selbench.evaluate import measure
-from selbench.leaderboard import Column, columns_for, headline
-from selbench.runner import run, slug
+from selbench.execution.runner import run, slug
+from selbench.measure import metrics as M
+from selbench.measure.evaluate import measure
+from selbench.reporting.leaderboard import Column, columns_for, headline
 from selbench.spec import SpecError, load_spec
 
 CORE = Path(__file__).resolve().parents[1] / "benchmark" / "selbench"
@@ -82,7 +82,7 @@ def test_no_other_core_module_lists_metric_labels_or_directions():
             continue
         found = [node.value for node in ast.walk(ast.parse(path.read_text()))
                  if isinstance(node, ast.Constant) and node.value in labels]
-        assert not found, f"{path.name} lists metric labels {found}: read selbench.metrics.METRICS"
+        assert not found, f"{path.name} lists metric labels {found}: read selbench.measure.metrics.METRICS"
 
 
 # --------------------------------------------------------------------------- spec

@@ -1,4 +1,4 @@
-"""selbench.riskcoverage: the risk–coverage curve, AURC, E-AURC, AUGRC, coverage at risk,
+"""selbench.measure.riskcoverage: the risk–coverage curve, AURC, E-AURC, AUGRC, coverage at risk,
 risk at coverage.
 
 References:
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from selbench import riskcoverage as RC
-from selbench.riskcoverage import (
+from selbench.measure import riskcoverage as RC
+from selbench.measure.riskcoverage import (
     augrc,
     aurc,
     coverage_at_risk,
@@ -559,7 +559,7 @@ def _plain(f):
 def test_selective_intervals_with_batched_areas_equal_plain_callables(kind, selects):
     """selective_intervals with aurc/eaurc/augrc (their ``batched`` forms, one shared sort)
     equals it with plain per-resample callables, and with its per-resample loop."""
-    from selbench import bootstrap as BS
+    from selbench.measure import bootstrap as BS
 
     g = np.random.default_rng([len(kind), 3])
     n = 240
@@ -587,7 +587,7 @@ def test_selective_intervals_with_batched_areas_equal_plain_callables(kind, sele
 
 
 def test_selective_intervals_with_batched_areas_one_example():
-    from selbench.bootstrap import selective_intervals
+    from selbench.measure.bootstrap import selective_intervals
 
     out = selective_intervals([0.3], [0.9], [0.0], [0.5, 1.0], n_resamples=10, ranking=AREAS)
     assert out["aurc"] == {"low": 1.0, "high": 1.0}

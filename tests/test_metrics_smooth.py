@@ -1,5 +1,5 @@
-"""Tests of selbench.smooth (smooth ECE, smooth reliability curve, class-wise ECE) and of the
-debiased ECE of selbench.metrics, against the reference implementations (relplot 1.0.3,
+"""Tests of selbench.measure.smooth (smooth ECE, smooth reliability curve, class-wise ECE) and of the
+debiased ECE of selbench.measure.metrics, against the reference implementations (relplot 1.0.3,
 uncertainty-calibration 0.1.4, torch-uncertainty), direct computations from the definitions,
 and the real CIFAR outputs of ../shared/data."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from selbench import metrics as M
-from selbench.smooth import SmoothReliability, classwise_ece, smece, smooth_reliability
+from selbench.measure import metrics as M
+from selbench.measure.smooth import SmoothReliability, classwise_ece, smece, smooth_reliability
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SMECE_ATOL = 1e-6  # the contract; the values agree to about 1e-14
@@ -349,7 +349,7 @@ def test_classwise_real_data(calibration, name, n):
 
 
 def test_classwise_large_n_bucketed_path(calibration):
-    """N >= 2**16 takes selbench.metrics' sort-free binning, per class."""
+    """N >= 2**16 takes selbench.measure.metrics' sort-free binning, per class."""
     rng = np.random.default_rng(11)
     probs, labels = softmax_data(rng, 70_000, 3)
     probs = np.round(probs, 3)  # ties across bin boundaries too
@@ -367,7 +367,7 @@ def test_classwise_binning_and_aggregation_are_the_librarys(calibration):
     ew = classwise_ece(probs, labels, binning="equal-width")
     assert em == pytest.approx(lib_marginal(calibration, probs, labels, 1), abs=LIB_ATOL)
     assert abs(em - ew) > 1e-4
-    # per-class CE with the same equal-mass bins: selbench.metrics.ece on p_k vs 1[y = k]
+    # per-class CE with the same equal-mass bins: selbench.measure.metrics.ece on p_k vs 1[y = k]
     per_class = np.array([M.ece(probs[:, k], labels == k, p=2) for k in range(10)])
     got = classwise_ece(probs, labels, p=2)
     assert got == pytest.approx(np.sqrt(np.mean(per_class**2)), abs=LIB_ATOL)
@@ -548,7 +548,7 @@ def test_debiased_ece_real_data(calibration, name):
 
 
 def test_debiased_ece_large_n(calibration):
-    """N >= 2**16: selbench.metrics bins without sorting; ties and exact 0/1 included."""
+    """N >= 2**16: selbench.measure.metrics bins without sorting; ties and exact 0/1 included."""
     rng = np.random.default_rng(12)
     conf = np.concatenate([np.zeros(10_000), np.ones(15_000), np.round(rng.random(45_000), 3)])
     correct = (rng.random(conf.size) < conf**1.1).astype(float)

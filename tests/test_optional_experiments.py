@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import tiny_spec
 from selbench.cli import main
-from selbench.plugins import get_registry
+from selbench.contract.registry import get_registry
 from selbench.spec import SpecError, load_spec
 
 

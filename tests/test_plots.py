@@ -13,11 +13,15 @@ import numpy as np
 import pytest
 from conftest import tiny_spec
 from matplotlib.collections import LineCollection, PolyCollection
-from selbench import metrics as M
-from selbench import plots as P
 from selbench.cli import main
-from selbench.metrics import METRICS
-from selbench.plots import (
+from selbench.execution.runner import run, slug
+from selbench.measure import metrics as M
+from selbench.measure.metrics import METRICS
+from selbench.measure.riskcoverage import augrc, aurc, risk_coverage_curve
+from selbench.measure.smooth import smooth_reliability
+from selbench.measure.stats import summarize
+from selbench.reporting import plots as P
+from selbench.reporting.plots import (
     accepted_mask,
     metric_curves,
     plot_beta,
@@ -26,10 +30,6 @@ from selbench.plots import (
     risk_coverage_figure,
     write_plots,
 )
-from selbench.riskcoverage import augrc, aurc, risk_coverage_curve
-from selbench.runner import run, slug
-from selbench.smooth import smooth_reliability
-from selbench.stats import summarize
 
 LABELS = ("None", "Temp. scale", "Confidence")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -126,7 +126,7 @@ def test_reliability_diagram_agrees_with_the_cell_metrics(results):
 
 
 def test_smoothed_reliability_panels_draw_smooth_reliability(results):
-    """The bottom row is the data of selbench.smooth.smooth_reliability: the curve point for
+    """The bottom row is the data of selbench.measure.smooth.smooth_reliability: the curve point for
     point, line widths and shaded density from its density, smECE and σ in the legend."""
     _, arrays = _cell(results, "Confidence")
     beta = 0.5
@@ -238,7 +238,7 @@ def test_metric_curves_are_the_cells_mean_and_std_over_seeds(results):
             assert curve[key]["mean"][b_i] == pytest.approx(np.mean(vals), abs=1e-15)
             assert curve[key]["std"][b_i] == pytest.approx(np.std(vals, ddof=1), abs=1e-15)
             assert curve[key]["n"][b_i] == 2
-            # exactly what selbench.stats.summarize gives (computed without its t-interval)
+            # exactly what selbench.measure.stats.summarize gives (computed without its t-interval)
             st = summarize(dict(zip((0, 1), vals)))
             assert (curve[key]["mean"][b_i], curve[key]["std"][b_i]) == (st["mean"], st["std"])
 

@@ -1,4 +1,4 @@
-"""The plugin contract of selbench.api: one module of types, parameters declared once by the
+"""The plugin contract of selbench.contract.api: one module of types, parameters declared once by the
 signature, the registry's type check, scikit-learn's clone/pickle on every built-in, and
 built-in kinds that never import each other's modules."""
 
@@ -16,8 +16,9 @@ import pytest
 import torch
 from conftest import REPO, install_distribution, tiny_spec
 from pydantic import Field, ValidationError
-from selbench import FitContext, ModelOutputs, Plugin, hookimpl, hookspecs
-from selbench.api import (
+from selbench import FitContext, ModelOutputs, Plugin, hookimpl
+from selbench.contract import hookspecs
+from selbench.contract.api import (
     KIND_BASES,
     KINDS,
     DifferentiableRecalibrator,
@@ -29,8 +30,8 @@ from selbench.api import (
     TrainableSelector,
     params_model,
 )
-from selbench.inputs import InputSpec, declared_inputs
-from selbench.plugins import (
+from selbench.contract.inputs import InputSpec, declared_inputs
+from selbench.contract.registry import (
     AUTOLOAD_ENV,
     BUILTIN_NAME,
     PluginError,
@@ -92,7 +93,7 @@ def _imported(path: Path, package: str | None = None) -> list[tuple[int, str]]:
 
 def test_no_kind_imports_another_kinds_modules():
     """Each kind of the built-ins is self-contained: what two kinds share lives in selbench
-    (selbench.torchutils, selbench.vision, selbench.checks), never in a kind's module."""
+    (selbench.training.torchutils, selbench.contract.vision, selbench.contract.checks), never in a kind's module."""
     offending = []
     for kind in KIND_PACKAGES:
         for path in sorted((PLUGINS_ROOT / kind).rglob("*.py")):

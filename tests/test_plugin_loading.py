@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, install_distribution, tiny_spec
 from selbench import hookimpl
-from selbench.plugins import (
+from selbench.contract.registry import (
     AUTOLOAD_ENV,
     BUILTIN_NAME,
     PluginError,
@@ -156,16 +156,19 @@ def test_registered_plugins_know_their_distribution(site):
     assert temp.describe() == f"recalibrator 'temperature' (selbench {__version__})"
     # pluggy's distribution records are kept as its own loader keeps them
     pm = reg.pm
-    assert [d.project_name for p, d in pm.list_plugin_distinfo()] == ["good-plugins"]
+    # the built-ins come through selbench's own entry point, as a third party's would
+    assert [d.project_name for p, d in pm.list_plugin_distinfo()] == ["selbench", "good-plugins"]
 
 
 def test_blocked_and_already_registered_entry_points_are_not_loaded(site):
     install(site, "bad-import", "0.3", "bad_import", "bad_import", "import no_such_module_xyz\n")
     pm = SelbenchPluginManager()
     pm.set_blocked("bad_import")
+    pm.set_blocked("selbench_plugins")  # the built-ins' own entry point
     assert pm.load_setuptools_entrypoints("selbench") == 0 and pm.skipped == []
     install(site, "good-plugins", "1.0", "good_plugins", "good_plugins", GOOD)
     pm = SelbenchPluginManager()
+    pm.set_blocked("selbench_plugins")
     assert pm.load_setuptools_entrypoints("selbench", name="good_plugins") == 1
     assert pm.load_setuptools_entrypoints("selbench") == 0  # good one already there
     assert len(pm.skipped) == 1 and "bad-import 0.3" in pm.skipped[0]
@@ -186,7 +189,7 @@ def test_a_name_clash_between_two_distributions_stays_an_error(site):
 
 
 def test_a_failing_builtin_hook_stays_an_error():
-    from selbench import hookspecs
+    from selbench.contract import hookspecs
 
     pm = SelbenchPluginManager()
     pm.add_hookspecs(hookspecs)

@@ -6,8 +6,14 @@ import types
 import pytest
 from conftest import install_distribution
 from selbench import Plugin, hookimpl
-from selbench.api import KINDS
-from selbench.plugins import AUTOLOAD_ENV, PluginError, Registry, get_registry, make_plugin_manager
+from selbench.contract.api import KINDS
+from selbench.contract.registry import (
+    AUTOLOAD_ENV,
+    PluginError,
+    Registry,
+    get_registry,
+    make_plugin_manager,
+)
 
 
 def test_builtins_provide_every_kind():

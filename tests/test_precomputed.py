@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 from pydantic import ValidationError
-from selbench.api import FitContext
-from selbench.data import DataError, ModelOutputs
-from selbench.metrics import ece
-from selbench.plugins import get_registry
+from selbench.contract.api import FitContext
+from selbench.contract.data import DataError, ModelOutputs
+from selbench.contract.registry import get_registry
+from selbench.measure.metrics import ece
 from selbench_plugins.backbones.precomputed import PrecomputedBackbone
 from selbench_plugins.datasets.precomputed import PrecomputedDataset
 
@@ -151,7 +151,7 @@ def test_passthrough_backbone_rejects_image_datasets(tmp_path):
         num_classes = 2
 
         def split(self, name):
-            from selbench.api import SplitData
+            from selbench.contract.api import SplitData
 
             return SplitData(inputs=np.zeros((2, 3, 4, 4)), labels=np.zeros(2, dtype=np.int64))
 
@@ -162,8 +162,8 @@ def test_passthrough_backbone_rejects_image_datasets(tmp_path):
 
 
 def test_path_is_a_declared_input_relative_to_the_spec(tmp_path, arrays, monkeypatch):
-    from selbench.inputs import InputSpec, declared_inputs
-    from selbench.runner import run
+    from selbench.contract.inputs import InputSpec, declared_inputs
+    from selbench.execution.runner import run
     from selbench.spec import SpecError, load_spec
 
     assert declared_inputs(PrecomputedParams) == {"path": InputSpec("file")}
@@ -222,7 +222,7 @@ def test_real_cifar100_outputs_temperature_lowers_ece(shared_data):
 
 
 def test_real_outputs_end_to_end_through_the_runner(shared_data, tmp_path):
-    from selbench.runner import run
+    from selbench.execution.runner import run
 
     path = shared_data / NETCAL
     if not path.is_file():

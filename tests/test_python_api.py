@@ -9,7 +9,7 @@ import sys
 import pytest
 import selbench
 from conftest import REPO, tiny_spec
-from selbench.results import CellRecord
+from selbench.store.results import CellRecord
 
 
 def test_run_returns_typed_results(tmp_path):

@@ -10,9 +10,9 @@ import torch
 from scipy.optimize import minimize, minimize_scalar
 from scipy.special import log_softmax
 from selbench import FitContext, ModelOutputs
-from selbench.api import SelectionLoss
-from selbench.checks import NotFittedError
-from selbench.plugins import get_registry
+from selbench.contract.api import SelectionLoss
+from selbench.contract.checks import NotFittedError
+from selbench.contract.registry import get_registry
 from selbench_plugins.recalibrators._common import equal_mass_edges
 from selbench_plugins.recalibrators.platt import LOGIT_CLIP, platt_inputs
 from selbench_plugins.recalibrators.temperature import fit_temperature
@@ -458,7 +458,7 @@ class _RecordingLoss(SelectionLoss):
 @pytest.mark.parametrize("scheme", ["sequential", "joint"])
 @pytest.mark.parametrize("batched", [False, True])
 def test_training_sees_the_binary_platt_prediction_and_its_correctness(scheme, batched):
-    from selbench.api import FitJob
+    from selbench.contract.api import FitJob
 
     reg = get_registry()
     out = _biased_binary()
@@ -489,7 +489,7 @@ def test_binary_platt_solo_and_batched_training_agree_where_predictions_change(s
     """S-MMCE (whose kernel reads the confidence, so the top-label scoring matters) on data
     where Platt changes ~27% of the predictions: each replica of fit_many ends where its
     solo fit does."""
-    from selbench.api import FitJob
+    from selbench.contract.api import FitJob
 
     reg = get_registry()
     outs = {s: _biased_binary(seed=s) for s in (0, 1)}

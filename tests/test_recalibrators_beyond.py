@@ -25,9 +25,9 @@ import numpy as np
 import pytest
 import torch
 from selbench import FitContext, ModelOutputs
-from selbench.checks import NotFittedError
-from selbench.engine import FuncRecalibratorStack
-from selbench.plugins import get_registry
+from selbench.contract.checks import NotFittedError
+from selbench.contract.registry import get_registry
+from selbench.training.engine import FuncRecalibratorStack
 from selbench_plugins.recalibrators.beta import (
     BatchedBeta,
     BetaModule,
@@ -325,7 +325,7 @@ def test_joint_training_solo_and_batched_agree(name):
     ``fit_many`` (beta: the hand-stacked BatchedBeta; ensemble-temperature: torch.func) ends
     where its solo fit does; h moves off its fit, with a, b >= 0 and the weights on the
     simplex; binary beta changes predictions."""
-    from selbench.api import FitJob
+    from selbench.contract.api import FitJob
 
     reg = get_registry()
     outs = {s: (_biased_binary(s) if name == "beta" else drawn(320, 4, s, 2.0, 2.0))

@@ -23,8 +23,8 @@ import torch
 from conftest import sampled_linear_task
 from pydantic import ValidationError
 from selbench import FitContext, ModelOutputs
-from selbench.checks import NotFittedError
-from selbench.plugins import get_registry
+from selbench.contract.checks import NotFittedError
+from selbench.contract.registry import get_registry
 from selbench_plugins.recalibrators import matrix
 from selbench_plugins.recalibrators.matrix import (
     DEFAULT_REG,

@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from selbench import FitContext, ModelOutputs
-from selbench.metrics import ece
-from selbench.plugins import get_registry
+from selbench.contract.registry import get_registry
+from selbench.measure.metrics import ece
 from sklearn.linear_model import LogisticRegression
 
 calibration = pytest.importorskip("calibration")

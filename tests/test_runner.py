@@ -10,9 +10,10 @@ import time
 import numpy as np
 import pytest
 from conftest import REPO, tiny_spec
-from selbench import runner as runner_mod
-from selbench.runner import RunError, resolve_device, run
-from selbench.store import default_cache_dir
+from selbench.execution import runner as runner_mod
+from selbench.execution.runner import RunError, run
+from selbench.store.cache import default_cache_dir
+from selbench.training.devices import DeviceError, resolve_device
 
 
 def _cells(out):
@@ -184,7 +185,7 @@ def test_device_resolution():
     assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
     assert resolve_device("cpu") == "cpu"
     if not torch.cuda.is_available():
-        with pytest.raises(RunError, match="no CUDA device"):
+        with pytest.raises(DeviceError, match="no CUDA device"):  # bad input: a ValueError
             resolve_device("cuda")
 
 

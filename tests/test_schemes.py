@@ -8,7 +8,7 @@ import torch
 from conftest import sampled_linear_task
 from pydantic import ValidationError
 from selbench import FitContext, ModelOutputs
-from selbench.plugins import get_registry
+from selbench.contract.registry import get_registry
 from selbench_plugins.recalibrators.temperature import fit_temperature
 
 FAST = {"epochs": 30, "lr": 5e-3}

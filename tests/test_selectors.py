@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 from selbench import FitContext, ModelOutputs
-from selbench.checks import NotFittedError
-from selbench.plugins import get_registry
+from selbench.contract.checks import NotFittedError
+from selbench.contract.registry import get_registry
 
 CTX = FitContext(seed=0)
 

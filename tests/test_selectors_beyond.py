@@ -19,8 +19,8 @@ from scipy.spatial.distance import mahalanobis as scipy_mahalanobis
 from scipy.special import logsumexp, softmax
 from scipy.stats import entropy as scipy_entropy
 from selbench import FitContext, ModelOutputs
-from selbench.plugins import get_registry
-from selbench.riskcoverage import aurc
+from selbench.contract.registry import get_registry
+from selbench.measure.riskcoverage import aurc
 from selbench_plugins.selectors.density import (
     KDESelector,
     KNNDistanceSelector,

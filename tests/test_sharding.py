@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import plugin_site, tiny_spec
-from selbench.data import ModelOutputs
-from selbench.runner import JobsFailed, run
+from selbench.contract.data import ModelOutputs
+from selbench.execution.runner import JobsFailed, run
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -1,4 +1,4 @@
-"""selbench.stats against scipy and against hand-computed exact values."""
+"""selbench.measure.stats against scipy and against hand-computed exact values."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 from scipy import stats as sps
-from selbench import stats as S
+from selbench.measure import stats as S
 
 
 def test_t_interval_matches_scipy_and_hand_values():

@@ -28,7 +28,7 @@ from selbench import (
     SplitData,
     TrainableSelector,
 )
-from selbench.plugins import AUTOLOAD_ENV, PluginError, get_registry
+from selbench.contract.registry import AUTOLOAD_ENV, PluginError, get_registry
 from selbench.testing import (
     CheckSkipped,
     ConformanceError,
@@ -53,7 +53,7 @@ FIT, EVAL = make_outputs(120, 3, 6, seed=0), make_outputs(80, 3, 6, seed=1)
 PLUGIN_MODULE = '''
 import numpy as np
 from selbench import Params, Plugin, Recalibrator, Selector, hookimpl
-from selbench.data import ModelOutputs
+from selbench.contract.data import ModelOutputs
 from sklearn.exceptions import NotFittedError
 
 

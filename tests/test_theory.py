@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from selbench.api import FitContext
-from selbench.data import ModelOutputs
-from selbench.metrics import ece
-from selbench.plugins import get_registry
+from selbench.contract.api import FitContext
+from selbench.contract.data import ModelOutputs
+from selbench.contract.registry import get_registry
+from selbench.measure.metrics import ece
 from selbench_plugins.backbones.linear import TheoryLinear
 from selbench_plugins.datasets.theory import TheoryMixture
 from selbench_plugins.selectors.oracle import OracleDomain

@@ -14,10 +14,10 @@ import pytest
 import yaml
 from conftest import install_distribution, tiny_spec
 from selbench.cli import main
-from selbench.results import CellRecord
-from selbench.runner import run
+from selbench.execution.runner import run
 from selbench.spec import SpecError
-from selbench.store import OutputCache, default_cache_dir
+from selbench.store.cache import OutputCache, default_cache_dir
+from selbench.store.results import CellRecord
 
 
 def _write_outputs(path, seed: int, n: int = 400, k: int = 4, acc_shift: float = 0.0) -> None:
@@ -194,7 +194,7 @@ def test_editing_a_plugin_recomputes_exactly_its_cells_and_says_why(tmp_path, mo
 
 
 def test_a_change_in_the_core_metric_code_recomputes_every_cell(tmp_path, monkeypatch):
-    import selbench.runner as runner_mod
+    import selbench.execution.runner as runner_mod
 
     run(tiny_spec(seeds=[0]), out_dir=tmp_path, progress=False, plots=False)
     monkeypatch.setattr(runner_mod, "core_digest", lambda: "src:edited")
@@ -217,12 +217,12 @@ def test_force_and_only_recompute_on_demand(tmp_path, capsys):
 
 
 def test_code_digest_covers_the_modules_a_plugin_imports():
-    from selbench.codeid import module_closure
+    from selbench.execution.codeid import module_closure
 
     mods = module_closure("selbench_plugins.recalibrators.temperature")
     assert "selbench_plugins.recalibrators.temperature" in mods
     assert "selbench_plugins.recalibrators._common" in mods
-    assert "selbench.torchutils" in mods  # selbench's plugin toolkit it builds on
+    assert "selbench.training.torchutils" in mods  # selbench's plugin toolkit it builds on
     assert not any(m.startswith("selbench_plugins.datasets") for m in mods)
 
 
@@ -261,7 +261,7 @@ def test_damaged_or_swapped_cached_outputs_are_named_and_rebuilt(finished, tmp_p
     elif damage == "empty":
         val.write_bytes(b"")
     elif damage == "other-shape":
-        from selbench.data import ModelOutputs
+        from selbench.contract.data import ModelOutputs
 
         rng = np.random.default_rng(0)
         ModelOutputs(rng.normal(size=(10, 3)), rng.normal(size=(10, 2)),
@@ -283,7 +283,7 @@ def test_damaged_or_swapped_cached_outputs_are_named_and_rebuilt(finished, tmp_p
 
 # --------------------------------------------------------------------------- cells on disk
 def _cell(out, label="Temp. scale", seed=0):
-    from selbench.results import slug
+    from selbench.store.results import slug
 
     return next((out / "cells").glob(f"*/{slug(label)}/seed{seed}.json"))
 

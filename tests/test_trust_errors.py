@@ -23,8 +23,8 @@ import pytest
 import yaml
 from conftest import install_distribution, tiny_spec
 from selbench.cli import main
-from selbench.plugins import AUTOLOAD_ENV, get_registry
-from selbench.results import RunRecord
+from selbench.contract.registry import AUTOLOAD_ENV, get_registry
+from selbench.store.results import RunRecord
 
 QUICK = ["--no-progress", "--no-plots", "-q"]
 

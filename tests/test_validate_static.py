@@ -2,7 +2,7 @@
 known before any computation is an exit-2 error of `validate` and of `run`, one line per
 problem naming the YAML path, no traceback, nothing computed.
 
-Plugin compatibility comes from the capabilities plugins declare (``selbench.api``), never
+Plugin compatibility comes from the capabilities plugins declare (``selbench.contract.api``), never
 from their names; plugins that declare nothing validate as before.
 """
 
@@ -15,9 +15,9 @@ import pytest
 import yaml
 from conftest import REPO, tiny_spec
 from selbench import Plugin, hookimpl
-from selbench.api import Backbone, Dataset, Recalibrator, Scheme, Selector
 from selbench.cli import main
-from selbench.plugins import AUTOLOAD_ENV, Registry, make_plugin_manager
+from selbench.contract.api import Backbone, Dataset, Recalibrator, Scheme, Selector
+from selbench.contract.registry import AUTOLOAD_ENV, Registry, make_plugin_manager
 from selbench.spec import NAME_MAX, SEED_MAX, SpecError, apply_overrides, load_spec
 
 
@@ -225,7 +225,7 @@ def _errors(spec, **kw):
 
 
 def test_method_labels_need_no_bound_their_folders_are_short_slugs():
-    from selbench.runner import slug
+    from selbench.execution.runner import slug
 
     label = "A very long method label " * 40
     resolved = load_spec(tiny_spec(methods=[{"label": label, "scheme": {"name": "recalibration"}}]))

@@ -26,7 +26,7 @@ from fixtures_vision import (
     make_rxrx1,
     make_tiny_clip,
 )
-from selbench.api import FitContext, SplitData
+from selbench.contract.api import FitContext, SplitData
 from selbench_plugins.backbones.clip import ClipZeroShot
 from selbench_plugins.backbones.extract import IMAGENET_MEAN, IMAGENET_STD, extract_outputs
 from selbench_plugins.backbones.torchvision_nets import ResNet34, hub_weights_path
@@ -325,7 +325,7 @@ METHODS = [
 
 
 def _run_e2e(tmp_path, experiment: dict, data_dirs: list[Path], n_methods: int = 3):
-    from selbench.runner import RunError, run
+    from selbench.execution.runner import RunError, run
 
     spec = {
         "spec_version": 1, "name": "vision-e2e", "seeds": [0], "device": "cpu",

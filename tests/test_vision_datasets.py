@@ -23,7 +23,7 @@ from fixtures_vision import (
     make_rxrx1,
 )
 from PIL import Image
-from selbench.plugins import get_registry
+from selbench.contract.registry import get_registry
 from selbench_plugins.datasets.cifar import CIFAR100, CIFAR100_CLASSES, CIFAR100C
 from selbench_plugins.datasets.imagenet import ImageNetVal, _class_names
 from selbench_plugins.datasets.wilds_data import Camelyon17, RxRx1
@@ -283,7 +283,7 @@ DECLARED = {
 
 
 def test_every_file_parameter_is_a_declared_input():
-    from selbench.inputs import declared_inputs
+    from selbench.contract.inputs import declared_inputs
 
     reg = get_registry()
     builtin = {(k, e.name) for k in ("dataset", "backbone") for e in reg.all(k)

@@ -1,20 +1,20 @@
 """selbench: a benchmark framework for selective recalibration.
 
-Public API for plugin authors (the contract is :mod:`selbench.api`): :class:`Plugin`, the six
+Public API for plugin authors (the contract is :mod:`selbench.contract.api`): :class:`Plugin`, the six
 base classes (:class:`Dataset`, :class:`Backbone`, :class:`Selector`, :class:`Recalibrator`,
 :class:`SelectionLoss` / :class:`CoverageLoss`, :class:`Scheme`), the typed protocols
 :class:`TrainableSelector` and :class:`DifferentiableRecalibrator`, :class:`ModelOutputs`,
 :class:`FitContext`, the input checks (:func:`check_outputs`, :func:`check_confidence`,
 :func:`check_features`, :class:`NotFittedError`) and the :data:`hookimpl` marker; the
-conformance kit is :mod:`selbench.testing`. Metrics live in :mod:`selbench.metrics`.
+conformance kit is :mod:`selbench.testing`. Metrics live in :mod:`selbench.measure.metrics`.
 
-For scikit-learn users: :class:`SelectiveRecalibrator` (:mod:`selbench.estimator`) fits a
+For scikit-learn users: :class:`SelectiveRecalibrator` (:mod:`selbench.library.estimator`) fits a
 method on your own arrays; :func:`run` runs a spec.
 """
 
 from typing import TYPE_CHECKING
 
-from selbench.api import (
+from selbench.contract.api import (
     Backbone,
     CoverageLoss,
     Dataset,
@@ -31,27 +31,32 @@ from selbench.api import (
     TrainableSelector,
     params_model,
 )
-from selbench.data import DataError, ModelOutputs
-from selbench.hookspecs import hookimpl, hookspec
-from selbench.inputs import InputDir, InputFile
+from selbench.contract.data import DataError, ModelOutputs
+from selbench.contract.hookspecs import hookimpl, hookspec
+from selbench.contract.inputs import InputDir, InputFile
+from selbench.util.version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover - imported lazily by __getattr__ below
-    from selbench.checks import NotFittedError, check_confidence, check_features, check_outputs
-    from selbench.estimator import SelectiveRecalibrator
+    from selbench.contract.checks import (
+        NotFittedError,
+        check_confidence,
+        check_features,
+        check_outputs,
+    )
+    from selbench.library.estimator import SelectiveRecalibrator
 
-__version__ = "0.1.0"
 
 
 def run(spec, **kwargs):
-    """Run (or resume) a spec and return its results: see :func:`selbench.runner.run`.
+    """Run (or resume) a spec and return its results: see :func:`selbench.execution.runner.run`.
 
     ``spec`` is a YAML path, a dict or a resolved spec; the keyword arguments are those of
-    :func:`selbench.runner.run` (``out_dir``, ``device``, ``overrides``, ``cache_dir``,
+    :func:`selbench.execution.runner.run` (``out_dir``, ``device``, ``overrides``, ``cache_dir``,
     ``progress``, ``plots``, ``force``, ``only``). The returned
-    :class:`~selbench.runner.RunResults` gives the typed cell records (``.cells()``), the
+    :class:`~selbench.execution.runner.RunResults` gives the typed cell records (``.cells()``), the
     leaderboard (``.leaderboard()``) and a pandas frame (``.to_frame()``).
     """
-    from selbench.runner import run as _run
+    from selbench.execution.runner import run as _run
 
     return _run(spec, **kwargs)
 
@@ -62,11 +67,11 @@ _CHECKS = ("NotFittedError", "check_confidence", "check_features", "check_output
 def __getattr__(name):
     # these import scikit-learn (about a second): only when asked for
     if name == "SelectiveRecalibrator":
-        from selbench.estimator import SelectiveRecalibrator
+        from selbench.library.estimator import SelectiveRecalibrator
 
         return SelectiveRecalibrator
     if name in _CHECKS:
-        from selbench import checks
+        from selbench.contract import checks
 
         return getattr(checks, name)
     raise AttributeError(f"module 'selbench' has no attribute {name!r}")

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from selbench import __version__
+from selbench.util.version import __version__
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -37,7 +37,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from selbench.runner import run
+    from selbench.execution.runner import run
 
     report = run(
         args.spec,
@@ -66,7 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from selbench.leaderboard import write_leaderboard
+    from selbench.reporting.leaderboard import write_leaderboard
 
     paths = write_leaderboard(args.results_dir, out=args.out, allow_partial=args.allow_partial,
                               allow_mixed=args.allow_mixed)
@@ -77,7 +77,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from selbench.plots import write_plots
+    from selbench.reporting.plots import write_plots
 
     try:
         paths = write_plots(args.results_dir, out=args.out, allow_partial=args.allow_partial,
@@ -102,9 +102,9 @@ def _add_combine_options(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    from selbench.api import KINDS
-    from selbench.inputs import declared_inputs
-    from selbench.plugins import get_registry
+    from selbench.contract.api import KINDS
+    from selbench.contract.inputs import declared_inputs
+    from selbench.contract.registry import get_registry
 
     reg = get_registry()
     kinds = [args.kind] if args.kind else list(KINDS)
@@ -132,7 +132,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
-    from selbench.metrics import DEFAULT_COLUMNS, METRICS
+    from selbench.measure.metrics import DEFAULT_COLUMNS, METRICS
 
     print(f"metrics ({len(METRICS)}); a spec's `metrics: [...]` picks the leaderboard columns "
           f"(default: {', '.join(DEFAULT_COLUMNS)})")
@@ -226,26 +226,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _bad_input_types() -> tuple[type[BaseException], ...]:
-    from selbench.executors import ExecutorError
-    from selbench.inputs import InputError
-    from selbench.plugins import PluginError
-    from selbench.results import ResultsError
+    from selbench.contract.inputs import InputError
+    from selbench.contract.registry import PluginError
+    from selbench.execution.executors import ExecutorError
     from selbench.spec import SpecError
-    from selbench.store import CacheError
+    from selbench.store.cache import CacheError
+    from selbench.store.results import ResultsError
+    from selbench.training.devices import DeviceError
 
-    return (SpecError, PluginError, ResultsError, CacheError, InputError, ExecutorError)
+    return (SpecError, PluginError, ResultsError, CacheError, InputError, ExecutorError,
+            DeviceError)
 
 
 def _failed_run_types() -> tuple[type[BaseException], ...]:
-    from selbench.data import DataError
-    from selbench.leaderboard import LeaderboardError
-    from selbench.runner import RunError
+    from selbench.contract.data import DataError
+    from selbench.execution.runner import RunError
+    from selbench.reporting.leaderboard import LeaderboardError
 
     return (RunError, DataError, LeaderboardError)
 
 
 def _os_message(exc: OSError) -> str:
-    from selbench.store import WriteError
+    from selbench.util.files import WriteError
 
     if isinstance(exc, WriteError):
         return str(exc)

@@ -1,6 +1,6 @@
 """``clip``: zero-shot classification with an open_clip model (the paper's CIFAR-100 setting).
 
-For the class names of the split (:attr:`selbench.api.SplitData.class_names`, underscores
+For the class names of the split (:attr:`selbench.contract.api.SplitData.class_names`, underscores
 read as spaces) the text tower embeds the prompts ``template.format(name)``; an image's
 logits are ``logit_scale · cos(image embedding, class text embedding)`` (plus the model's
 ``logit_bias`` for SigLIP models), and its features are the L2-normalised image embedding.
@@ -37,10 +37,10 @@ from typing import Annotated, Any
 import torch
 import torch.nn.functional as F
 from pydantic import AfterValidator, Field, model_validator
-from selbench.api import Backbone, Dataset, FitContext, Params, Plugin
-from selbench.data import ModelOutputs
-from selbench.inputs import InputDir, InputFile
-from selbench.vision import require
+from selbench.contract.api import Backbone, Dataset, FitContext, Params, Plugin
+from selbench.contract.data import ModelOutputs
+from selbench.contract.inputs import InputDir, InputFile
+from selbench.contract.vision import require
 
 from .extract import (
     Amp,

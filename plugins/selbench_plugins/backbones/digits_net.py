@@ -33,8 +33,8 @@ from typing import Annotated
 
 import numpy as np
 from pydantic import Field
-from selbench.api import Backbone, Dataset, FitContext, Plugin
-from selbench.data import ModelOutputs
+from selbench.contract.api import Backbone, Dataset, FitContext, Plugin
+from selbench.contract.data import ModelOutputs
 
 __all__ = ["PLUGIN", "DigitsNet"]
 

@@ -1,6 +1,6 @@
 """Shared machinery of the image backbones: input preparation and batched extraction.
 
-The image datasets hand backbones :class:`selbench.vision.ImageItems` (uint8 ``[3, H, W]``
+The image datasets hand backbones :class:`selbench.contract.vision.ImageItems` (uint8 ``[3, H, W]``
 items, the ``image-items`` input kind); every model-specific step — conversion to float,
 resizing to the model's input size, normalisation — is done here, by the backbone, on
 ``context.device``, so that one dataset serves every backbone and the GPU does the
@@ -9,7 +9,7 @@ arithmetic.
 :func:`extract_outputs` runs a model over a split: a batched ``DataLoader`` (pinned memory
 on CUDA, ``num_workers`` loader processes), inference mode, mixed precision
 (``torch.autocast`` in float16) on CUDA, a tqdm bar when ``context.progress``, and float32
-:class:`~selbench.data.ModelOutputs` at the end. The first item is loaded in the calling
+:class:`~selbench.contract.data.ModelOutputs` at the end. The first item is loaded in the calling
 process before any worker starts, so missing files fail at once with the dataset's own
 message (which says where to get the data) instead of inside a worker.
 
@@ -26,8 +26,8 @@ from typing import Annotated, Any
 import numpy as np
 import torch
 from pydantic import Field
-from selbench.api import Dataset, FitContext
-from selbench.data import DataError, ModelOutputs
+from selbench.contract.api import Dataset, FitContext
+from selbench.contract.data import DataError, ModelOutputs
 
 __all__ = [
     "IMAGENET_MEAN",

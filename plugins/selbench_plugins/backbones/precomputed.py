@@ -2,14 +2,14 @@
 
 The ``precomputed`` dataset (:mod:`selbench_plugins.datasets.precomputed`) reads your own
 model's outputs from an ``.npz``; its splits hold ready-made
-:class:`~selbench.data.ModelOutputs` (the ``model-outputs`` input kind), which this backbone
+:class:`~selbench.contract.data.ModelOutputs` (the ``model-outputs`` input kind), which this backbone
 returns unchanged.
 """
 
 from __future__ import annotations
 
-from selbench.api import Backbone, Dataset, FitContext, Plugin
-from selbench.data import DataError, ModelOutputs
+from selbench.contract.api import Backbone, Dataset, FitContext, Plugin
+from selbench.contract.data import DataError, ModelOutputs
 
 __all__ = ["PLUGIN", "PairingError", "PrecomputedBackbone"]
 

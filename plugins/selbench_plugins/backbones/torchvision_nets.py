@@ -24,10 +24,10 @@ from typing import Annotated, Any
 
 import torch
 from pydantic import Field, model_validator
-from selbench.api import Backbone, Dataset, FitContext, Params, Plugin
-from selbench.data import ModelOutputs
-from selbench.inputs import InputFile
-from selbench.vision import require
+from selbench.contract.api import Backbone, Dataset, FitContext, Params, Plugin
+from selbench.contract.data import ModelOutputs
+from selbench.contract.inputs import InputFile
+from selbench.contract.vision import require
 
 from .extract import (
     Amp,

@@ -31,10 +31,10 @@ from typing import Annotated, Literal
 import numpy as np
 import torch
 from pydantic import Field
-from selbench.api import Backbone, Dataset, FitContext, Plugin
-from selbench.data import ModelOutputs
-from selbench.inputs import InputFile
-from selbench.vision import require
+from selbench.contract.api import Backbone, Dataset, FitContext, Plugin
+from selbench.contract.data import ModelOutputs
+from selbench.contract.inputs import InputFile
+from selbench.contract.vision import require
 
 from .extract import (
     Amp,

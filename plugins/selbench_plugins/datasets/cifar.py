@@ -31,9 +31,9 @@ from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import AfterValidator, Field, model_validator
-from selbench.api import Dataset, Params, Plugin, SplitData
-from selbench.inputs import InputDir
-from selbench.vision import ArrayImages, ImageItems, augmix_transform, require
+from selbench.contract.api import Dataset, Params, Plugin, SplitData
+from selbench.contract.inputs import InputDir
+from selbench.contract.vision import ArrayImages, ImageItems, augmix_transform, require
 
 __all__ = [
     "CIFAR100",

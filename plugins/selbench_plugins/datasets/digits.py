@@ -48,7 +48,7 @@ from typing import Annotated
 
 import numpy as np
 from pydantic import AfterValidator, Field
-from selbench.api import Dataset, Plugin, SplitData
+from selbench.contract.api import Dataset, Plugin, SplitData
 
 __all__ = ["CORRUPTIONS", "PLUGIN", "SEVERITY_LEVELS", "Digits", "corrupt"]
 

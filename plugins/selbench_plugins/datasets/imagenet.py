@@ -21,9 +21,9 @@ from typing import Annotated, Any
 
 import numpy as np
 from pydantic import Field, model_validator
-from selbench.api import Dataset, Params, Plugin, SplitData
-from selbench.inputs import InputDir
-from selbench.vision import ImageItems, require
+from selbench.contract.api import Dataset, Params, Plugin, SplitData
+from selbench.contract.inputs import InputDir
+from selbench.contract.vision import ImageItems, require
 
 __all__ = ["PLUGIN", "ImageNetVal"]
 

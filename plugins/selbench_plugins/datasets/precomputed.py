@@ -5,7 +5,7 @@ The file holds one row per example:
 
 * ``labels`` — int ``[N]`` classes (required);
 * ``logits`` ``[N, K]`` **or** ``probabilities`` ``[N, K]`` (softmax output; turned into
-  log-probabilities, see :meth:`selbench.data.ModelOutputs.from_probabilities`). If both
+  log-probabilities, see :meth:`selbench.contract.data.ModelOutputs.from_probabilities`). If both
   are present the logits are used;
 * ``features`` ``[N, d]`` — optional embedding for the learned selector; without it the
   selector's "features" are the probability vector;
@@ -36,9 +36,9 @@ from typing import Annotated, Any
 
 import numpy as np
 from pydantic import AfterValidator, Field
-from selbench.api import Dataset, Plugin, SplitData
-from selbench.data import DataError, ModelOutputs
-from selbench.inputs import InputFile
+from selbench.contract.api import Dataset, Plugin, SplitData
+from selbench.contract.data import DataError, ModelOutputs
+from selbench.contract.inputs import InputFile
 
 __all__ = [
     "PLUGIN",

@@ -57,7 +57,7 @@ from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
-from selbench.api import Dataset, Params, Plugin, SplitData
+from selbench.contract.api import Dataset, Params, Plugin, SplitData
 
 __all__ = ["PLUGIN", "TheoryMixture"]
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import torch
 from pydantic import Field
-from selbench.api import CoverageLoss
+from selbench.contract.api import CoverageLoss
 
 
 class QuadraticCoverage(CoverageLoss):

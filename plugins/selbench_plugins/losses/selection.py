@@ -2,7 +2,7 @@
 
 Each is the paper's per-batch ``l`` (Section 3.1), written once for any number of leading
 (replica) dimensions: ``[B]`` tensors give a scalar, ``[R, B]`` tensors the R replicas'
-losses ``[R]`` (what the training engine, :mod:`selbench.engine`, passes). The paper's
+losses ``[R]`` (what the training engine, :mod:`selbench.training.engine`, passes). The paper's
 ``L_sel`` divides ``l`` by the batch's mean ĝ; Appendix A (following Fisch et al., 2022)
 drops that denominator in training because the coverage loss already keeps ĝ away from 0.
 ``normalize=False`` (the default) drops it, ``normalize=True`` keeps it.
@@ -14,7 +14,7 @@ from typing import Annotated, ClassVar, Literal
 
 import torch
 from pydantic import Field
-from selbench.api import SelectionLoss
+from selbench.contract.api import SelectionLoss
 
 #: smallest mean ĝ used as the denominator when ``normalize`` is on
 MIN_COVERAGE = 1e-8

@@ -13,13 +13,13 @@ probabilities (the confidence is its probability).
 
 Differentiable recalibrators (``none``, ``temperature``, ``platt``, ``mlp``, ``beta``,
 ``ensemble-temperature``, ``vector-scaling``, ``matrix-scaling``, ``dirichlet``) subclass
-:class:`selbench.api.DifferentiableRecalibrator`, whose docstring is the protocol a
+:class:`selbench.contract.api.DifferentiableRecalibrator`, whose docstring is the protocol a
 third-party author implements so that the ``joint`` scheme can train h together with a
 selector and the ``sequential`` / ``selection`` schemes can read the full log-probability
-vector; binary Platt's module is a :class:`selbench.api.PredictingModule`, as are the
+vector; binary Platt's module is a :class:`selbench.contract.api.PredictingModule`, as are the
 modules of the three affine maps (batched by ``torch.func``). The other module
 classes implement the batched-training protocol (``stacked``, see
-:class:`selbench.api.StackableModule`).
+:class:`selbench.contract.api.StackableModule`).
 
 The built-ins define ``log_probs`` as: ``none`` log_softmax(z); ``temperature``
 log_softmax(z/T); ``platt`` binary: [log(1-p1'), log p1'] (the confidence is
@@ -35,7 +35,7 @@ Non-differentiable recalibrators (the binning methods, ``isotonic``) only implem
 their confidence, and the correctness of their prediction, as fixed inputs.
 """
 
-from selbench.api import Plugin
+from selbench.contract.api import Plugin
 
 from .beta import BetaCalibration
 from .binning import HistogramBinning, PlattBinning

@@ -10,10 +10,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from selbench.api import DifferentiableRecalibrator, FitContext
-from selbench.checks import NotFittedError, check_outputs
-from selbench.data import ModelOutputs
-from selbench.torchutils import (
+from selbench.contract.api import DifferentiableRecalibrator, FitContext
+from selbench.contract.checks import NotFittedError, check_outputs
+from selbench.contract.data import ModelOutputs
+from selbench.training.torchutils import (
     EVAL_CHUNK,
     device_of,
     equal_groups,
@@ -53,7 +53,7 @@ def fit_once_per_data(recalibrators: Sequence[Any], outputs: Sequence[ModelOutpu
     deterministic function of their parameters and the data alone (it reads neither the seed
     nor β): equal parameters on equal logits and labels (the training β's of one seed, in a
     leaderboard) are fitted once and the learned attributes (``*_``) deep-copied; the
-    recalibrators' :meth:`~selbench.api.Recalibrator.fit_many`."""
+    recalibrators' :meth:`~selbench.contract.api.Recalibrator.fit_many`."""
     groups = equal_groups(
         [0] * len(recalibrators),
         lambda a, b: type(recalibrators[a]) is type(recalibrators[b])
@@ -324,7 +324,7 @@ class BinaryOrTopLabelModule(torch.nn.Module):
 
 class BatchedBinaryOrTopLabel(torch.nn.Module):
     """R :class:`BinaryOrTopLabelModule` replicas trained as one (hand-stacked for the
-    training engine, :mod:`selbench.engine`): the scalar parameters ``_params`` of the
+    training engine, :mod:`selbench.training.engine`): the scalar parameters ``_params`` of the
     replicas stacked to shape ``[R]``; all replicas must share the mode.
 
     :meth:`prepare` computes each example's logit ``u`` once, the subclass's inputs of its

@@ -9,7 +9,7 @@ from typing import Annotated, ClassVar
 import numpy as np
 import torch
 from pydantic import Field
-from selbench.data import ModelOutputs
+from selbench.contract.data import ModelOutputs
 
 from ._common import BatchedBinaryOrTopLabel, BinaryOrTopLabelModule, BinaryOrTopLabelRecalibrator
 from .platt import Mode, fit_logistic, platt_targets, probability_logit
@@ -205,7 +205,7 @@ class BetaModule(BinaryOrTopLabelModule):
 
 class BatchedBeta(BatchedBinaryOrTopLabel):
     """R :class:`BetaModule` replicas trained as one (hand-stacked for the training engine,
-    :mod:`selbench.engine`): :meth:`prepare` computes each example's regressors
+    :mod:`selbench.training.engine`): :meth:`prepare` computes each example's regressors
     ``log s``, ``-log(1 - s)`` once (and what the label's log-probability needs: binary,
     its sign; top-label, whether it is the predicted class and else
     ``z_y - logsumexp_{j != top} z_j``), so a step is elementwise in

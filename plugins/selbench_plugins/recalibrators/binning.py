@@ -8,9 +8,9 @@ from typing import Annotated, ClassVar
 import numpy as np
 import torch
 from pydantic import Field
-from selbench.api import FitContext, Recalibrator
-from selbench.checks import NotFittedError, check_outputs
-from selbench.data import ModelOutputs
+from selbench.contract.api import FitContext, Recalibrator
+from selbench.contract.checks import NotFittedError, check_outputs
+from selbench.contract.data import ModelOutputs
 
 from ._common import bin_means, equal_mass_edges, lookup_bins, one_torch_thread
 from .platt import Mode, PlattScaling, platt_inputs, platt_probability

@@ -10,10 +10,10 @@ from typing import Annotated, ClassVar, Literal
 import numpy as np
 import torch
 from pydantic import Field
-from selbench.api import FitContext
-from selbench.checks import check_outputs
-from selbench.data import ModelOutputs
-from selbench.torchutils import EVAL_CHUNK, device_of
+from selbench.contract.api import FitContext
+from selbench.contract.checks import check_outputs
+from selbench.contract.data import ModelOutputs
+from selbench.training.torchutils import EVAL_CHUNK, device_of
 
 from ._common import one_torch_thread
 from .beta import non_negative

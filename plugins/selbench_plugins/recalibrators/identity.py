@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from selbench.api import DifferentiableRecalibrator, FitContext
-from selbench.checks import check_outputs
-from selbench.data import ModelOutputs
+from selbench.contract.api import DifferentiableRecalibrator, FitContext
+from selbench.contract.checks import check_outputs
+from selbench.contract.data import ModelOutputs
 
 
 class IdentityModule(torch.nn.Module):

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
-from selbench.api import FitContext, Recalibrator
-from selbench.checks import NotFittedError, check_outputs
-from selbench.data import ModelOutputs
+from selbench.contract.api import FitContext, Recalibrator
+from selbench.contract.checks import NotFittedError, check_outputs
+from selbench.contract.data import ModelOutputs
 from sklearn.isotonic import IsotonicRegression
 
 from ._common import fit_once_per_data

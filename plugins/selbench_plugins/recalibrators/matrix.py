@@ -23,7 +23,7 @@ without regularisation the optimum is a set; the fit returns its representative 
 intercepts sum to zero and whose off-diagonal column sums ``sum_{i != j} W_ij`` are zero,
 which the regularised optimum satisfies anyway. The prediction is the calibrated argmax,
 which can differ from ``argmax(logits)``: the modules are
-:class:`~selbench.api.PredictingModule` s and the confidence is the probability of that
+:class:`~selbench.contract.api.PredictingModule` s and the confidence is the probability of that
 label.
 
 Fitting (float64, full batch, deterministic, on one torch thread): vector scaling by
@@ -45,10 +45,10 @@ import numpy as np
 import scipy.optimize
 import torch
 from pydantic import Field, model_validator
-from selbench.api import FitContext, Params
-from selbench.checks import NotFittedError, check_outputs
-from selbench.data import ModelOutputs
-from selbench.torchutils import EVAL_CHUNK, device_of
+from selbench.contract.api import FitContext, Params
+from selbench.contract.checks import NotFittedError, check_outputs
+from selbench.contract.data import ModelOutputs
+from selbench.training.torchutils import EVAL_CHUNK, device_of
 from threadpoolctl import threadpool_limits
 
 from ._common import FittedModuleRecalibrator, one_torch_thread
@@ -484,7 +484,7 @@ def _preconditioner(x1: torch.Tensor, w0: torch.Tensor, r: torch.Tensor):
 class VectorScalingModule(torch.nn.Module):
     """``forward(logits, features) -> (max p', log p')`` with ``p' = softmax(w * z + b)``.
 
-    A :class:`~selbench.api.PredictingModule`: :meth:`predict` is ``argmax p'`` (the first
+    A :class:`~selbench.contract.api.PredictingModule`: :meth:`predict` is ``argmax p'`` (the first
     maximal class), which may differ from ``argmax(logits)``; the confidence is its
     probability. Parameters ``weight [K]``, ``bias [K]`` (float32; without an intercept,
     ``bias`` is a zero buffer).
@@ -518,7 +518,7 @@ class AffineScalingModule(VectorScalingModule):
     ``x`` the logits (matrix scaling) or ``log_softmax(logits)`` (Dirichlet calibration,
     ``dirichlet=True``).
 
-    A :class:`~selbench.api.PredictingModule` as :class:`VectorScalingModule`. Parameters
+    A :class:`~selbench.contract.api.PredictingModule` as :class:`VectorScalingModule`. Parameters
     ``weight [K, K]``, ``bias [K]`` (float32).
     """
 

@@ -9,11 +9,17 @@ from typing import Annotated, ClassVar
 import numpy as np
 import torch
 from pydantic import Field
-from selbench.api import DifferentiableRecalibrator, FitContext
-from selbench.checks import NotFittedError, check_outputs
-from selbench.data import ModelOutputs
-from selbench.engine import Tables, train_replicas
-from selbench.torchutils import BatchedMLP, build_mlp, equal_groups, run_module, seeded_init
+from selbench.contract.api import DifferentiableRecalibrator, FitContext
+from selbench.contract.checks import NotFittedError, check_outputs
+from selbench.contract.data import ModelOutputs
+from selbench.training.engine import Tables, train_replicas
+from selbench.training.torchutils import (
+    BatchedMLP,
+    build_mlp,
+    equal_groups,
+    run_module,
+    seeded_init,
+)
 
 
 class MLPRecalibratorNet(torch.nn.Module):
@@ -39,7 +45,7 @@ class MLPRecalibratorNet(torch.nn.Module):
 
 class BatchedMLPRecalibrator(torch.nn.Module):
     """R :class:`MLPRecalibratorNet` replicas trained as one (hand-stacked for the training
-    engine, see :class:`selbench.torchutils.BatchedMLP`): ``forward(batch, features [R, B,
+    engine, see :class:`selbench.training.torchutils.BatchedMLP`): ``forward(batch, features [R, B,
     d], need_log_prob) -> (sigmoid(MLP) [R, B], None)``."""
 
     uses_features = True
@@ -113,7 +119,7 @@ class MLPRecalibrator(DifferentiableRecalibrator):
         contexts: Sequence[FitContext],
     ) -> None:
         """Fit ``recalibrators[i]`` on ``outputs[i]`` with ``contexts[i]``, each as its own
-        :meth:`fit` would (to float rounding, see :mod:`selbench.engine`), training those
+        :meth:`fit` would (to float rounding, see :mod:`selbench.training.engine`), training those
         with equal hyperparameters, data shapes and device as one model with the training
         engine (same seeded initial weights and batch order per replica, one Adam over the
         stacked parameters).
@@ -148,7 +154,7 @@ class MLPRecalibrator(DifferentiableRecalibrator):
     @staticmethod
     def _fit_batched(recs, outs, ctxs) -> None:
         """Train the recalibrators' networks as one model with the training engine
-        (:mod:`selbench.engine`): BCE of each replica's logit against its correctness."""
+        (:mod:`selbench.training.engine`): BCE of each replica's logit against its correctness."""
         first = recs[0]
         device = ctxs[0].torch_device()
         d = outs[0].feature_dim

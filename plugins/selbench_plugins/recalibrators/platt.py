@@ -8,7 +8,7 @@ from typing import Annotated, ClassVar, Literal
 import numpy as np
 import torch
 from pydantic import Field
-from selbench.data import ModelOutputs
+from selbench.contract.data import ModelOutputs
 
 from ._common import (
     BatchedBinaryOrTopLabel,
@@ -270,7 +270,7 @@ class PlattModule(BinaryOrTopLabelModule):
 
 class BatchedPlatt(BatchedBinaryOrTopLabel):
     """R :class:`PlattModule` replicas trained as one (hand-stacked for the training engine,
-    :mod:`selbench.engine`; elementwise work on the precomputed Platt inputs, where
+    :mod:`selbench.training.engine`; elementwise work on the precomputed Platt inputs, where
     ``torch.func`` would recompute the log-sum-exp of the logits at every step).
 
     Parameters ``weight``, ``bias`` of shape ``[R]``; all replicas must share the

@@ -9,9 +9,9 @@ from typing import Annotated, ClassVar
 import numpy as np
 import torch
 from pydantic import Field, model_validator
-from selbench.api import FitContext, Params
-from selbench.checks import check_outputs
-from selbench.data import ModelOutputs
+from selbench.contract.api import FitContext, Params
+from selbench.contract.checks import check_outputs
+from selbench.contract.data import ModelOutputs
 
 from ._common import FittedModuleRecalibrator
 
@@ -79,7 +79,7 @@ class _ScaledLogSumExp(torch.autograd.Function):
 
 class BatchedTemperature(torch.nn.Module):
     """R :class:`TemperatureModule` replicas trained as one (hand-stacked for the training
-    engine, :mod:`selbench.engine`).
+    engine, :mod:`selbench.training.engine`).
 
     Parameter ``log_t [R]``. :meth:`prepare` keeps, per example, the logits minus their
     maximum ``d = z - max z`` (and ``d_y`` at the label); a step then needs one

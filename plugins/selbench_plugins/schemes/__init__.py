@@ -7,10 +7,10 @@
 
 The three training schemes share their hyperparameters (Appendix A of the paper); see
 :mod:`selbench_plugins.schemes.training`, which trains all replicas of a method with the
-training engine (:mod:`selbench.engine`).
+training engine (:mod:`selbench.training.engine`).
 """
 
-from selbench.api import Plugin
+from selbench.contract.api import Plugin
 
 from .recalibration import RecalibrationScheme
 from .training import JointScheme, SelectionScheme, SequentialScheme

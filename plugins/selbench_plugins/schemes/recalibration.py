@@ -7,10 +7,10 @@ from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field
-from selbench.api import FitContext, FitJob, Scheme, TrainableSelector
-from selbench.checks import check_outputs
-from selbench.data import ModelOutputs
-from selbench.metrics import accept_mask
+from selbench.contract.api import FitContext, FitJob, Scheme, TrainableSelector
+from selbench.contract.checks import check_outputs
+from selbench.contract.data import ModelOutputs
+from selbench.measure.metrics import accept_mask
 
 from .training import TRAINING_SCHEMES, fit_recalibrators
 
@@ -27,7 +27,7 @@ class RecalibrationScheme(Scheme):
     fitting examples it accepts at coverage β = ``context.beta`` are kept and h is fitted on
     those only (e.g. an oracle that rejects an outlier component, then fits T on the rest);
     the selector is then refitted on the recalibrated confidence. The kept examples follow
-    the core's selection rule, :func:`selbench.metrics.accept_mask` with
+    the core's selection rule, :func:`selbench.measure.metrics.accept_mask` with
     ``seed=context.seed``: exactly ``ceil(β n)`` of the ``n`` fitting examples, the highest
     scores, ties broken by a seeded permutation — so a selector with tied scores (a 0/1
     oracle) keeps ``ceil(β n)`` rows rather than every row tied at the threshold. Learned
@@ -63,7 +63,7 @@ class RecalibrationScheme(Scheme):
         """Fit every job as :meth:`fit` would. With ``fit_on='all'`` the recalibrators are
         fitted first, by their class's ``fit_many`` (the MLP recalibrator's trains them as one
         batched model); then the selectors, each on its recalibrated confidence, by their
-        class's :meth:`~selbench.api.Selector.fit_many` (the baselines fit equal ones once)."""
+        class's :meth:`~selbench.contract.api.Selector.fit_many` (the baselines fit equal ones once)."""
         jobs = list(jobs)
         if self.fit_on != "all":
             return super().fit_many(jobs)

@@ -20,7 +20,7 @@ CPU after.
 
 ``fit_many`` (what the runner calls with all seeds × training β of a method; ``fit`` is one
 job) trains the replicas that share data shapes and module classes as one model with the
-training engine (:mod:`selbench.engine`): any selector or recalibrator module is batched
+training engine (:mod:`selbench.training.engine`): any selector or recalibrator module is batched
 (hand-stacked where its class has ``stacked``, else through ``torch.func``), and each
 replica ends where it would trained alone, to float rounding.
 """
@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 import torch
 from pydantic import Field
-from selbench.api import (
+from selbench.contract.api import (
     CoverageLoss,
     DifferentiableRecalibrator,
     FitContext,
@@ -45,16 +45,22 @@ from selbench.api import (
     Selector,
     TrainableSelector,
 )
-from selbench.checks import check_outputs
-from selbench.data import ModelOutputs
-from selbench.engine import (
+from selbench.contract.checks import check_outputs
+from selbench.contract.data import ModelOutputs
+from selbench.training.engine import (
     Tables,
     lane_order,
     stack_recalibrators,
     stack_selectors,
     train_replicas,
 )
-from selbench.torchutils import EVAL_CHUNK, balanced_split, batched_threads, device_of, to_tensor
+from selbench.training.torchutils import (
+    EVAL_CHUNK,
+    balanced_split,
+    batched_threads,
+    device_of,
+    to_tensor,
+)
 
 TRAINING_SCHEMES = ("selection", "sequential", "joint")
 
@@ -101,7 +107,7 @@ def recalibrated_correct(recalibrator: Recalibrator, outputs: ModelOutputs) -> n
 
 
 def changes_prediction(module: Any) -> bool:
-    """Whether a trained h module is a :class:`~selbench.api.PredictingModule` whose
+    """Whether a trained h module is a :class:`~selbench.contract.api.PredictingModule` whose
     prediction can differ from ``argmax(logits)``: the selective loss must then see the
     correctness of that prediction, recomputed at every step as h trains."""
     return isinstance(module, PredictingModule) and bool(module.changes_prediction)
@@ -231,8 +237,8 @@ def _rows(members: list[int], device: torch.device) -> slice | torch.Tensor:
 
 def train_part(name: str, params: Any, reps: list[_Replica], *, train_h: bool) -> None:
     """Train replicas that share data shapes, module classes and device as one model
-    (:func:`selbench.engine.train_replicas`); each ends where it would trained alone, to
-    float rounding (see :mod:`selbench.engine`)."""
+    (:func:`selbench.training.engine.train_replicas`); each ends where it would trained alone, to
+    float rounding (see :mod:`selbench.training.engine`)."""
     device = reps[0].job.context.torch_device()
     n = len(reps[0].job.outputs)
     tables = Tables(n)
@@ -404,7 +410,7 @@ class _TrainingScheme(Scheme):
 
     def fit_many(self, jobs):
         """Fit every job, training the replicas that share data shapes as one model
-        (:func:`train_jobs`, :mod:`selbench.engine`); one job is the solo case."""
+        (:func:`train_jobs`, :mod:`selbench.training.engine`); one job is the solo case."""
         jobs = list(jobs)
         for job in jobs:
             self._check_job(job)
@@ -418,7 +424,7 @@ class _TrainingScheme(Scheme):
 def fit_recalibrators(jobs: list[FitJob]) -> None:
     """``job.recalibrator.fit(job.outputs, job.context)`` for every job: the recalibrators
     of one class are fitted together by the class's
-    :meth:`~selbench.api.Recalibrator.fit_many` (which fits equal ones once, or many MLPs as
+    :meth:`~selbench.contract.api.Recalibrator.fit_many` (which fits equal ones once, or many MLPs as
     one batched model)."""
     if len(jobs) == 1:
         jobs[0].recalibrator.fit(jobs[0].outputs, jobs[0].context)

@@ -5,7 +5,7 @@ A selector scores examples, higher = accepted first; the core turns scores into 
 reject decisions at each coverage level. Non-trainable selectors are fitted by their own
 ``fit(outputs, confidence, context)`` (the ``recalibration`` scheme calls it with the
 recalibrated confidence, so the baselines are applied to the recalibrated model). A
-:class:`selbench.api.TrainableSelector` (``mlp``) is trained by the ``selection``,
+:class:`selbench.contract.api.TrainableSelector` (``mlp``) is trained by the ``selection``,
 ``sequential`` or ``joint`` scheme through ``inputs`` / ``init_module``. ``meta-features``
 is Fisch et al.'s (TMLR 2022) calibrated selective classification selector: a trainable
 selector on standardised meta-features (confidence and OOD detector scores).
@@ -16,7 +16,7 @@ Scores of the backbone's logits (``entropy``, ``margin``, ``max-logit``,
 the fitting data only.
 """
 
-from selbench.api import Plugin
+from selbench.contract.api import Plugin
 
 from .baselines import (
     ConfidenceSelector,

@@ -8,10 +8,10 @@ from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
-from selbench.api import FitContext, Selector
-from selbench.checks import NotFittedError, check_confidence, check_features, check_outputs
-from selbench.data import ModelOutputs
-from selbench.torchutils import equal_groups, fit_once_per_group
+from selbench.contract.api import FitContext, Selector
+from selbench.contract.checks import NotFittedError, check_confidence, check_features, check_outputs
+from selbench.contract.data import ModelOutputs
+from selbench.training.torchutils import equal_groups, fit_once_per_group
 from sklearn.ensemble import IsolationForest
 from sklearn.preprocessing import StandardScaler
 from sklearn.svm import OneClassSVM

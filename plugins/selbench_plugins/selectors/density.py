@@ -14,9 +14,9 @@ from typing import Annotated, ClassVar, Literal
 import numpy as np
 import torch
 from pydantic import Field, PositiveFloat
-from selbench.api import FitContext, Selector
-from selbench.checks import NotFittedError, check_confidence, check_features, check_outputs
-from selbench.data import ModelOutputs
+from selbench.contract.api import FitContext, Selector
+from selbench.contract.checks import NotFittedError, check_confidence, check_features, check_outputs
+from selbench.contract.data import ModelOutputs
 from sklearn.covariance import EmpiricalCovariance
 from sklearn.decomposition import PCA
 from sklearn.neighbors import KernelDensity, LocalOutlierFactor

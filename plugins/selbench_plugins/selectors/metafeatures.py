@@ -18,10 +18,10 @@ from typing import Annotated, Any, ClassVar, Literal
 import numpy as np
 import torch
 from pydantic import AfterValidator, Field
-from selbench.api import FitContext, TrainableSelector
-from selbench.checks import NotFittedError, check_confidence, check_features, check_outputs
-from selbench.data import ModelOutputs
-from selbench.torchutils import run_module, seeded_init
+from selbench.contract.api import FitContext, TrainableSelector
+from selbench.contract.checks import NotFittedError, check_confidence, check_features, check_outputs
+from selbench.contract.data import ModelOutputs
+from selbench.training.torchutils import run_module, seeded_init
 from sklearn.ensemble import IsolationForest
 from sklearn.svm import OneClassSVM
 

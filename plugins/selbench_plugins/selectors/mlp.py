@@ -7,10 +7,10 @@ from typing import Annotated, ClassVar, Literal
 import numpy as np
 import torch
 from pydantic import Field
-from selbench.api import FitContext, TrainableSelector
-from selbench.checks import NotFittedError, check_confidence, check_outputs
-from selbench.data import ModelOutputs
-from selbench.torchutils import BatchedMLP, build_mlp, run_module, seeded_init
+from selbench.contract.api import FitContext, TrainableSelector
+from selbench.contract.checks import NotFittedError, check_confidence, check_outputs
+from selbench.contract.data import ModelOutputs
+from selbench.training.torchutils import BatchedMLP, build_mlp, run_module, seeded_init
 
 #: the schemes that train a trainable selector (named in error messages)
 TRAINING_SCHEMES = ("selection", "sequential", "joint")
@@ -29,7 +29,7 @@ class MLPSelectorNet(torch.nn.Module):
         return torch.sigmoid(self.net(x).squeeze(-1))
 
     #: ``stacked`` takes ``lanes``: replicas that read the same batch share one wide
-    #: first-layer matmul (see :class:`selbench.torchutils.BatchedMLP`)
+    #: first-layer matmul (see :class:`selbench.training.torchutils.BatchedMLP`)
     stacks_lanes = True
 
     @classmethod
@@ -42,7 +42,7 @@ class MLPSelectorNet(torch.nn.Module):
 
 class BatchedMLPSelector(torch.nn.Module):
     """R :class:`MLPSelectorNet` replicas trained as one (hand-stacked for the training
-    engine; measured faster than ``torch.func``, see :class:`selbench.torchutils.BatchedMLP`).
+    engine; measured faster than ``torch.func``, see :class:`selbench.training.torchutils.BatchedMLP`).
 
     ``forward(x [R, B, d_in]) -> ĝ [R, B]``, or ``x [L, B, d_in]`` with ``lanes = L``
     (replicas ``r`` of lane ``r // (R / L)`` read ``x[l]``). Starts from the replicas' own
@@ -68,7 +68,7 @@ class MLPSelector(TrainableSelector):
     (default), the logits or the probabilities. The score is ĝ(x); the core thresholds it
     at each coverage level. ``fit`` is not how it is trained: the ``selection``,
     ``sequential`` and ``joint`` schemes train it (the protocol of
-    :class:`selbench.api.TrainableSelector`: :meth:`inputs`, :meth:`init_module`,
+    :class:`selbench.contract.api.TrainableSelector`: :meth:`inputs`, :meth:`init_module`,
     ``module_``). Its network class is hand-stacked for the training engine
     (:meth:`MLPSelectorNet.stacked`).
     """

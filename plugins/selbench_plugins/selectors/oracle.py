@@ -12,8 +12,8 @@ from typing import Annotated
 
 import numpy as np
 from pydantic import Field
-from selbench.api import FitContext, Plugin, Selector
-from selbench.data import ModelOutputs
+from selbench.contract.api import FitContext, Plugin, Selector
+from selbench.contract.data import ModelOutputs
 
 __all__ = ["PLUGIN", "OracleDomain"]
 
@@ -24,7 +24,7 @@ class OracleDomain(Selector):
     Needs ``outputs.domain``; the confidence is ignored (it may be ``None``). ``fit`` only
     records ``accepted_fraction_``, the share of the fitting data it accepts. Scores are binary
     (ties everywhere): the core accepts exactly ``ceil(β n)`` examples
-    (:func:`selbench.metrics.accept_mask`), so at a coverage below the fraction of accepted
+    (:func:`selbench.measure.metrics.accept_mask`), so at a coverage below the fraction of accepted
     domains it accepts a seeded random subset of the non-rejected domains, and above it all
     of them plus a seeded random subset of the rejected ones.
     """

@@ -17,10 +17,10 @@ from typing import Annotated, ClassVar
 
 import numpy as np
 from pydantic import Field, NonNegativeFloat
-from selbench.api import FitContext, Selector
-from selbench.checks import NotFittedError, check_confidence, check_outputs
-from selbench.data import ModelOutputs
-from selbench.riskcoverage import aurc
+from selbench.contract.api import FitContext, Selector
+from selbench.contract.checks import NotFittedError, check_confidence, check_outputs
+from selbench.contract.data import ModelOutputs
+from selbench.measure.riskcoverage import aurc
 
 #: Smallest norm a centred logit vector is divided by (as ``torch.nn.functional.normalize``).
 _NORM_EPS = 1e-12
@@ -160,7 +160,7 @@ class MaxLogitPNormSelector(Selector):
       of non-zero entries, which is K for every row without a zero centred logit, so the
       order is the same);
     * ``p`` is chosen on the fitting data by a grid search minimising the AURC
-      (``selbench.riskcoverage.aurc``) of the correctness of the backbone's prediction
+      (``selbench.measure.riskcoverage.aurc``) of the correctness of the backbone's prediction
       ``argmax z`` (a recalibrator that changes predictions is not seen); the grid is the code's
       ``torch.arange(10)``, p = 0..9 (``p_grid``), and the first p reaching the lowest
       AURC wins;

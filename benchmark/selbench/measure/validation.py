@@ -1,4 +1,4 @@
-"""Input validation shared by the metric modules (:mod:`selbench.metrics` and the modules it
+"""Input validation shared by the metric modules (:mod:`selbench.measure.metrics` and the modules it
 re-exports): each check names the argument and the offending entry."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 
-def _as_float_1d(x: Any, name: str) -> np.ndarray:
+def as_float_1d(x: Any, name: str) -> np.ndarray:
     try:
         arr = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -21,8 +21,8 @@ def _as_float_1d(x: Any, name: str) -> np.ndarray:
     return arr
 
 
-def _check_confidence(x: Any, name: str = "confidence") -> np.ndarray:
-    arr = _as_float_1d(x, name)
+def check_confidence(x: Any, name: str = "confidence") -> np.ndarray:
+    arr = as_float_1d(x, name)
     bad = (arr < 0.0) | (arr > 1.0)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -30,8 +30,8 @@ def _check_confidence(x: Any, name: str = "confidence") -> np.ndarray:
     return arr
 
 
-def _check_correct(x: Any, n: int, name: str = "correct") -> np.ndarray:
-    arr = _as_float_1d(x, name)
+def check_correct(x: Any, n: int, name: str = "correct") -> np.ndarray:
+    arr = as_float_1d(x, name)
     if arr.shape[0] != n:
         raise ValueError(
             f"{name} must have the same length as confidence ({n}); got {arr.shape[0]}"
@@ -43,7 +43,7 @@ def _check_correct(x: Any, n: int, name: str = "correct") -> np.ndarray:
     return arr
 
 
-def _check_p(p: Any) -> float:
+def check_p(p: Any) -> float:
     if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)):
         raise ValueError(f"p must be a number >= 1; got {p!r}")
     if not (math.isfinite(p) and p >= 1):
@@ -51,18 +51,18 @@ def _check_p(p: Any) -> float:
     return float(p)
 
 
-def _check_n_bins(n_bins: Any) -> int:
+def check_n_bins(n_bins: Any) -> int:
     if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
         raise ValueError(f"n_bins must be a positive integer; got {n_bins!r}")
     return int(n_bins)
 
 
-def _check_betas(betas: Any) -> np.ndarray:
+def check_betas(betas: Any) -> np.ndarray:
     try:
         arr = np.atleast_1d(np.asarray(betas, dtype=np.float64))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"betas must be a 1-D array of coverage levels; got {betas!r}") from exc
-    arr = _as_float_1d(arr, "betas")
+    arr = as_float_1d(arr, "betas")
     if arr.size == 0:
         raise ValueError("betas must hold at least one coverage level")
     bad = ~((arr > 0.0) & (arr <= 1.0))
@@ -72,8 +72,8 @@ def _check_betas(betas: Any) -> np.ndarray:
     return arr
 
 
-def _check_scores(scores: Any, n: int | None = None) -> np.ndarray:
-    arr = _as_float_1d(scores, "scores")
+def check_scores(scores: Any, n: int | None = None) -> np.ndarray:
+    arr = as_float_1d(scores, "scores")
     if not np.isfinite(arr).all():
         i = int(np.flatnonzero(~np.isfinite(arr))[0])
         raise ValueError(f"scores must be finite; scores[{i}] = {arr[i]!r}")
@@ -84,13 +84,13 @@ def _check_scores(scores: Any, n: int | None = None) -> np.ndarray:
     return arr
 
 
-def _check_seed(seed: Any) -> int:
+def check_seed(seed: Any) -> int:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer; got {seed!r}")
     return int(seed)
 
 
-def _check_delta(delta: Any) -> float:
+def check_delta(delta: Any) -> float:
     if isinstance(delta, bool) or not isinstance(delta, (int, float, np.integer, np.floating)):
         raise ValueError(f"delta must be a number in (0, 1]; got {delta!r}")
     if not (0.0 < delta <= 1.0):
@@ -98,7 +98,7 @@ def _check_delta(delta: Any) -> float:
     return float(delta)
 
 
-def _check_n(n: Any) -> int:
+def check_n(n: Any) -> int:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
         raise ValueError(f"n must be an integer; got {n!r}")
     if n < 1:

@@ -1,92 +1,19 @@
-"""Atomic file writes and the on-disk cache of backbone outputs.
-
-Nothing selbench writes is ever half-written: every file goes to a temporary name in the
-same directory and is moved into place with :func:`os.replace`, which is atomic on POSIX
-and Windows. A run killed at any moment leaves either the old file or the new one.
-"""
+"""The on-disk cache of backbone outputs (written atomically through :mod:`selbench.util.files`)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-from selbench.data import ModelOutputs
+from selbench.contract.data import ModelOutputs
+from selbench.util.files import atomic_path, atomic_write_json
 
-__all__ = ["CacheError", "OutputCache", "WriteError", "atomic_path", "atomic_write_json", "atomic_write_text", "default_cache_dir"]
+__all__ = ["CacheError", "OutputCache", "default_cache_dir"]
 
 CACHE_ENV = "SELBENCH_CACHE_DIR"
 CACHE_FORMAT = 2
-
-
-class WriteError(OSError):
-    """Writing a file failed (full or read-only disk ...); ``filename`` is the file that
-    could not be written."""
-
-    def __str__(self) -> str:
-        return f"cannot write {self.filename}: {self.strerror}"
-
-
-def _file_mode() -> int:
-    """Permissions of a new file under the user's umask (``0o666 & ~umask``), as ``open``
-    would give; ``mkstemp`` alone would give 0600 whatever the umask."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-@contextmanager
-def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; on success move it onto ``path``.
-
-    The file gets the permissions the user's umask gives. On any error (a full or read-only
-    disk included) the temporary file is removed and ``path`` is left as it was.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix + ".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        yield tmp_path
-        os.chmod(tmp_path, _file_mode())
-        os.replace(tmp_path, path)
-    except OSError as exc:
-        if isinstance(exc, WriteError):
-            raise
-        # name the file being written, not the temporary one (gone) or nothing (ENOSPC)
-        raise WriteError(exc.errno, exc.strerror or str(exc), str(path)) from exc
-    finally:
-        if tmp_path.exists():
-            tmp_path.unlink()
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def atomic_write_json(path: str | Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
-
-
-def _json_default(obj: Any) -> Any:
-    import numpy as np
-
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, (np.floating, np.integer, np.bool_)):
-        return obj.item()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
 def default_cache_dir() -> Path:

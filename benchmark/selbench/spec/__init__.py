@@ -5,7 +5,7 @@ A spec names every component as ``{name, params}``. Validation happens in two pa
 1. the spec's structure (:class:`Spec`, ``extra="forbid"`` everywhere);
 2. after plugin discovery, each component's ``name`` must exist for its kind and its
    ``params`` must validate against that plugin's pydantic model (derived from the
-   plugin's ``__init__`` signature, see :func:`selbench.api.params_model`).
+   plugin's ``__init__`` signature, see :func:`selbench.contract.api.params_model`).
 
 Each component's params are validated once, here; the :class:`ResolvedSpec` carries the
 validated models, and builds every plugin from them without validating again.
@@ -15,7 +15,7 @@ Every problem is reported as one line naming the YAML path, e.g.
 
 Validation catches everything that can be known without running: besides the structure,
 names and parameters, every combination of plugins is checked against the capabilities the
-plugins declare (:mod:`selbench.api`: a scheme's required losses and selector/recalibrator
+plugins declare (:mod:`selbench.contract.api`: a scheme's required losses and selector/recalibrator
 kinds, the dataset inputs a backbone reads), seeds lie in the range every seeded generator
 accepts (:data:`SEED_MAX`), names fit in one file-name component (:data:`NAME_MAX`), the
 declared input files exist, and the YAML itself is UTF-8, has no duplicated key and is not
@@ -44,22 +44,22 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from selbench.api import (
+from selbench.contract.api import (
     CoverageLoss,
     DifferentiableRecalibrator,
     SelectionLoss,
     TrainableSelector,
 )
-from selbench.executors import ExecutorOptions
-from selbench.inputs import InputSpec, check_exists, declared_inputs, resolve_path
-from selbench.metrics import DEFAULT_BETAS, DEFAULT_COLUMNS, METRICS, unknown_metric
-from selbench.plugins import (
+from selbench.contract.inputs import InputSpec, check_exists, declared_inputs, resolve_path
+from selbench.contract.registry import (
     PluginError,
     Registered,
     Registry,
     format_validation_error,
     get_registry,
 )
+from selbench.measure.metrics import DEFAULT_BETAS, DEFAULT_COLUMNS, METRICS, unknown_metric
+from selbench.spec.executor import ExecutorOptions
 
 __all__ = [
     "MAX_DEPTH",
@@ -141,7 +141,7 @@ class GuaranteeSpec(_Model):
 
 class BootstrapSpec(_Model):
     """Bootstrap intervals of each cell's metrics over its evaluation examples
-    (:func:`selbench.bootstrap.selective_intervals`; 0 resamples: none)."""
+    (:func:`selbench.measure.bootstrap.selective_intervals`; 0 resamples: none)."""
 
     resamples: int = Field(200, ge=0, le=100_000, description="resamples per cell (0: off)")
     level: float = Field(0.95, gt=0.0, lt=1.0, description="confidence level")
@@ -220,7 +220,7 @@ class ExperimentSpec(_Model):
     coverage_guarantee: GuaranteeSpec | None = None
     metrics: MetricNames = Field(
         default=None,
-        description="leaderboard columns, names of selbench.metrics.METRICS (default: the "
+        description="leaderboard columns, names of selbench.measure.metrics.METRICS (default: the "
                     "spec's metrics, else the paper's set)",
     )
     bootstrap: BootstrapSpec = Field(default_factory=BootstrapSpec)
@@ -274,7 +274,7 @@ class Spec(_Model):
     experiments: list[ExperimentSpec] = Field(min_length=1)
     executor: ExecutorOptions | None = Field(
         default=None,
-        description="where the cells are computed (selbench.executors): inline, local or "
+        description="where the cells are computed (selbench.execution.executors): inline, local or "
                     "submitit, with its options; `selbench run --executor` wins. How a spec "
                     "runs, not what it computes: left out of its canonical form and hash",
     )
@@ -361,7 +361,7 @@ class ResolvedSpec:
 
     def resolved_params(self, kind: str, comp: Component) -> BaseModel:
         """:meth:`validated`, with each declared input path made absolute against
-        :attr:`base_dir` (see :mod:`selbench.inputs`): what the plugin is built with."""
+        :attr:`base_dir` (see :mod:`selbench.contract.inputs`): what the plugin is built with."""
         key = _params_key(kind, comp)
         model = self._resolved.get(key)
         if model is None:
@@ -384,7 +384,7 @@ class ResolvedSpec:
             d["backbone"]["params"] = self.params("backbone", exp.backbone)
             for m_i, m in enumerate(exp.methods):
                 dm = d["methods"][m_i]
-                for kind, field in _METHOD_FIELDS:
+                for kind, field in METHOD_FIELDS:
                     comp = getattr(m, field)
                     if comp is not None:
                         dm[field]["params"] = self.params(kind, comp)
@@ -392,7 +392,7 @@ class ResolvedSpec:
 
     def params(self, kind: str, comp: Component) -> dict:
         """Validated params with defaults filled in and declared input paths resolved
-        against :attr:`base_dir` (see :mod:`selbench.inputs`), JSON-ready (a new dict)."""
+        against :attr:`base_dir` (see :mod:`selbench.contract.inputs`), JSON-ready (a new dict)."""
         return self.resolved_params(kind, comp).model_dump(mode="json")
 
     def inputs(self, kind: str, comp: Component) -> dict[str, tuple[str, InputSpec]]:
@@ -413,7 +413,7 @@ class ResolvedSpec:
         return content_hash(self.canonical())
 
 
-_METHOD_FIELDS = (
+METHOD_FIELDS = (
     ("scheme", "scheme"),
     ("selector", "selector"),
     ("recalibrator", "recalibrator"),
@@ -758,7 +758,7 @@ def load_spec(
         for m_i, m in enumerate(exp.methods):
             mbase = f"{base}.methods[{m_i}]"
             regs: dict[str, Registered | None] = {}
-            for kind, field in _METHOD_FIELDS:
+            for kind, field in METHOD_FIELDS:
                 comp = getattr(m, field)
                 if comp is None:
                     continue
@@ -773,7 +773,7 @@ def load_spec(
                             f"{'coverage' if field == 'loss' else 'selection'} loss; "
                             f"`{field}` expects a {want.__name__}"
                         )
-            _check_method(registry, m, regs, mbase, errors)
+            check_method(registry, m, regs, mbase, errors)
     if errors:
         raise SpecError(errors, label)
     resolved = ResolvedSpec(spec, registry, raw, label, validated=validated)
@@ -787,7 +787,7 @@ def load_spec(
         comps = [("dataset", "dataset", exp.dataset), ("backbone", "backbone", exp.backbone)]
         for m_i, m in enumerate(exp.methods):
             comps += [(kind, f"methods[{m_i}].{field}", getattr(m, field))
-                      for kind, field in _METHOD_FIELDS if getattr(m, field) is not None]
+                      for kind, field in METHOD_FIELDS if getattr(m, field) is not None]
         missing: list[str] = []
         for kind, where, comp in comps:
             for pname, (path, ispec) in resolved.inputs(kind, comp).items():
@@ -830,7 +830,7 @@ def _check_component(registry: Registry, kind: str, comp: Component, path: str,
 
 
 # --------------------------------------------------------------------------- capabilities
-# What plugins declare about each other (see the table in :mod:`selbench.api`), read from
+# What plugins declare about each other (see the table in :mod:`selbench.contract.api`), read from
 # the factory when it is a class. Nothing here depends on a plugin's name.
 _UNDECLARED = object()
 
@@ -846,7 +846,7 @@ def _cap(reg: Registered | None, attr: str, default: Any = _UNDECLARED) -> Any:
 
 def _is(reg: Registered | None, base: type) -> Any:
     """Whether a plugin's factory class is a ``base`` (the typed protocols of
-    :mod:`selbench.api`); :data:`_UNDECLARED` when the factory is not a class."""
+    :mod:`selbench.contract.api`); :data:`_UNDECLARED` when the factory is not a class."""
     factory = reg.plugin.factory if reg is not None else None
     if not isinstance(factory, type):
         return _UNDECLARED
@@ -885,7 +885,7 @@ def _check_inputs_kind(registry: Registry, dataset: Registered, backbone: Regist
     )
 
 
-def _check_method(registry: Registry, m: MethodSpec, regs: dict[str, Registered | None],
+def check_method(registry: Registry, m: MethodSpec, regs: dict[str, Registered | None],
                   mbase: str, errors: list[str]) -> None:
     """A method's selector, recalibrator and losses against its scheme's declarations."""
     scheme = regs.get("scheme")

@@ -19,7 +19,7 @@ imported only when it is called)::
     def test_my_plugins(check):
         check()
 
-A plugin is given as its registered name (looked up in :func:`selbench.plugins.get_registry`,
+A plugin is given as its registered name (looked up in :func:`selbench.contract.registry.get_registry`,
 its params validated by its own model), a :class:`selbench.Plugin` descriptor, a factory
 (the class, called as ``factory(**params)``) or an unfitted instance (deep-copied for every
 use). Every check builds fresh plugins, so one check never sees another's state.
@@ -73,7 +73,7 @@ from typing import Any
 
 import numpy as np
 
-from selbench.api import (
+from selbench.contract.api import (
     KIND_BASES,
     KINDS,
     CoverageLoss,
@@ -86,7 +86,7 @@ from selbench.api import (
     SplitData,
     TrainableSelector,
 )
-from selbench.data import ModelOutputs
+from selbench.contract.data import ModelOutputs
 
 __all__ = [
     "Check",
@@ -405,7 +405,7 @@ def _shared_state(jobs: Sequence[Any], attr: str) -> None:
 
 def _builtin(kind: str, name: str, params: dict | None = None) -> Any:
     """A built-in companion plugin (the kit trains and pairs with these)."""
-    from selbench.plugins import get_registry
+    from selbench.contract.registry import get_registry
 
     return get_registry().get(kind, name).build(params)
 
@@ -449,7 +449,7 @@ def _resolve(kind: str, plugin: Any, params: Mapping[str, Any] | None) -> _Subje
     params = dict(params or {})
     shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
     if isinstance(plugin, str):
-        from selbench.plugins import get_registry
+        from selbench.contract.registry import get_registry
 
         registered = get_registry().get(kind, plugin)  # PluginError names close matches
         validated = registered.validate_params(params)
@@ -1674,7 +1674,7 @@ def plugin_checks(kind: str, plugin: Any, params: Mapping[str, Any] | None = Non
     ``factory(**params)``, or an unfitted instance (then ``params`` must be empty). A check
     is a :class:`Check`: call it to run it. A plugin that cannot be built yields one failing
     ``check_base_class``. Unknown kinds and names raise ``ValueError`` /
-    :class:`selbench.plugins.PluginError` here, before anything runs.
+    :class:`selbench.contract.registry.PluginError` here, before anything runs.
     """
     yield from ((c.name, c) for c in _checks(kind, plugin, params))
 

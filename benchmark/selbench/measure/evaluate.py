@@ -1,0 +1,163 @@
+"""How a cell is evaluated: the fitting sample, the evaluation rows, and the measurement.
+
+This module and :mod:`selbench.measure.metrics` decide every number of a cell, so their source is part
+of every cell's key (:func:`selbench.execution.codeid.core_digest`): editing either recomputes the cells.
+
+* The fitting sample of seed ``s`` is ``n_fit`` rows of the fitting split drawn without
+  replacement by ``np.random.default_rng([s, 0x5E1EC7])`` (all rows when ``n_fit`` is unset).
+* The evaluation rows are the evaluation split, less the fitting sample when both splits are
+  the same, then a fixed seeded subsample of ``n_eval`` rows when set.
+* The recalibrator gives the confidence and prediction of every evaluation example, the
+  selector its score; at each β the accepted examples are chosen by
+  :func:`selbench.measure.metrics.selective_metrics` (exactly ⌈β·n⌉ of them, ties broken by the
+  cell's seed) and measured: every metric of the registry :data:`selbench.measure.metrics.METRICS`
+  (:func:`measure`), the ``selective`` ones on the accepted examples at each β, the
+  ``ranking`` ones (AURC, E-AURC, AUGRC) once over all evaluation examples from the
+  selector's scores.
+* With ``bootstrap.resamples > 0`` each metric also gets a percentile bootstrap interval over
+  the evaluation examples (:func:`intervals`, :func:`selbench.measure.bootstrap.selective_intervals`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from selbench.contract.data import ModelOutputs
+from selbench.measure.bootstrap import selective_intervals
+from selbench.measure.metrics import (
+    METRICS,
+    augrc,
+    aurc,
+    eaurc,
+    selective_metrics,
+    smece,
+)
+
+__all__ = ["EvaluationError", "check_vector", "eval_rows", "fit_indices", "intervals", "measure",
+           "score"]
+
+#: How each ranking metric of the registry is computed from a cell's scores and correctness.
+RANKING = {"aurc": aurc, "eaurc": eaurc, "augrc": augrc}
+#: Selective metrics measured here on the accepted examples, beyond those of
+#: :func:`selective_metrics` (ECE₁, ECE₂, Brier, accuracy, coverage).
+EXTRA_SELECTIVE = {"smece": smece}
+#: Those of :data:`EXTRA_SELECTIVE` that get bootstrap intervals per cell. Not smECE: its
+#: bandwidth search costs about 1.5 ms per call at n = 3,000, so 200 resamples × 11 β add
+#: about 4 s to every cell (the quickstart's 80 cells: +5 minutes, measured); its interval
+#: is available on demand: ``bootstrap_ci(smece, confidence, correct)``.
+BOOTSTRAPPED_EXTRA: tuple[str, ...] = ()
+
+
+class EvaluationError(ValueError):
+    """A plugin returned something the core cannot measure; the message names the plugin."""
+
+
+def fit_indices(n_total: int, n_fit: int | None, seed: int, where: str) -> np.ndarray:
+    """The rows of the fitting split that seed ``seed`` fits on (sorted)."""
+    if n_fit is None:
+        return np.arange(n_total)
+    if n_fit > n_total:
+        raise EvaluationError(
+            f"{where}: n_fit={n_fit} but the fitting split has only {n_total} examples"
+        )
+    rng = np.random.default_rng([seed, 0x5E1EC7])
+    return np.sort(rng.choice(n_total, size=n_fit, replace=False))
+
+
+def eval_rows(n_total: int, fit_idx: np.ndarray, same_split: bool, n_eval: int | None,
+              e_i: int) -> np.ndarray:
+    """Rows of the evaluation split a cell is measured on."""
+    rows = np.arange(n_total)
+    if same_split:  # never evaluate on the examples used for fitting
+        mask = np.ones(n_total, dtype=bool)
+        mask[fit_idx] = False
+        rows = np.flatnonzero(mask)
+    if n_eval is not None and n_eval < len(rows):
+        rng = np.random.default_rng([0xE7A1, e_i])
+        rows = rows[np.sort(rng.choice(len(rows), n_eval, replace=False))]
+    return rows
+
+
+def check_vector(values: Any, n: int, what: str, lo: float | None = None,
+                 hi: float | None = None, integer: bool = False) -> np.ndarray:
+    """``values`` as a float64 (or int64) ``[n]`` array; :class:`EvaluationError` naming
+    ``what`` when it is not one, holds NaN/inf, or leaves ``[lo, hi]``."""
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise EvaluationError(f"{what} returned {type(values).__name__}, not a numeric "
+                              f"array ({exc})") from None
+    if arr.shape != (n,):
+        raise EvaluationError(f"{what} returned shape {arr.shape}, expected ({n},)")
+    if not np.all(np.isfinite(arr)):
+        raise EvaluationError(f"{what} returned NaN or infinite values")
+    if lo is not None and n and (arr.min() < lo - 1e-9 or arr.max() > hi + 1e-9):
+        raise EvaluationError(f"{what} returned values outside [{lo:g}, {hi:g}]")
+    if integer:
+        if n and not np.all(arr == np.round(arr)):
+            raise EvaluationError(f"{what} returned non-integer labels")
+        return arr.astype(np.int64)
+    return np.clip(arr, lo, hi) if lo is not None else arr
+
+
+def score(
+    outputs: ModelOutputs, recalibrator: Any, selector: Any, names: tuple[str, str]
+) -> dict[str, np.ndarray]:
+    """Per-example ``confidence``, ``prediction``, ``score`` and ``correct`` of a fitted
+    recalibrator and selector on ``outputs``, each checked (``names``: the recalibrator's and
+    the selector's descriptions, for error messages)."""
+    n = len(outputs)
+    recal_name, sel_name = names
+    conf = check_vector(recalibrator.confidence(outputs), n, f"{recal_name}.confidence", 0.0, 1.0)
+    pred = check_vector(recalibrator.predict(outputs), n, f"{recal_name}.predict", 0,
+                        outputs.num_classes - 1, integer=True)
+    sc = check_vector(selector.score(outputs, conf), n, f"{sel_name}.score")
+    correct = (pred == outputs.labels).astype(np.float64)
+    return {"confidence": conf, "prediction": pred, "score": sc, "correct": correct}
+
+
+def measure(arrays: dict[str, np.ndarray], betas: list[float], *, delta: float | None,
+            seed: int, selects: bool = True) -> dict[str, np.ndarray]:
+    """Every metric of the registry at each β, ties broken by ``seed``.
+
+    The selective metrics are those of :func:`selective_metrics`, with :data:`EXTRA_SELECTIVE`
+    computed there on the same accepted examples (in confidence order); the ranking
+    metrics (:data:`RANKING`) are computed once from all scores and repeated at every β. For
+    a selector that does not select (``Selector.selects`` is False) every example is
+    accepted at every β: the metrics of β = 1 are repeated, coverage (and, with ``delta``,
+    the guaranteed coverage: nothing is rejected) is 1.
+    """
+    m = len(betas)
+    scores, conf, correct = arrays["score"], arrays["confidence"], arrays["correct"]
+    if selects:
+        out = selective_metrics(scores, conf, correct, betas, delta=delta, seed=seed,
+                                extra=EXTRA_SELECTIVE)
+    else:
+        full = selective_metrics(scores, conf, correct, [1.0], seed=seed, extra=EXTRA_SELECTIVE)
+        out = {k: np.repeat(v, m) for k, v in full.items()}
+        if delta is not None:
+            out["guaranteed_coverage"] = np.ones(m)
+    for key, fn in RANKING.items():
+        out[key] = np.full(m, fn(scores, correct))
+    missing = {k for k, info in METRICS.items() if info.needs is None} - set(out)
+    assert not missing, f"registered metrics not measured: {sorted(missing)}"
+    return out
+
+
+def intervals(arrays: dict[str, np.ndarray], betas: list[float], *, delta: float | None,
+              seed: int, selects: bool, resamples: int, level: float) -> dict[str, Any]:
+    """Percentile bootstrap intervals over the evaluation examples of every metric of
+    :func:`measure` but the coverages (set by β, not measured) and smECE (see
+    :data:`BOOTSTRAPPED_EXTRA`): for the selective ones at
+    each β and of their AUC over β, for the ranking ones of their single value (see
+    :func:`selbench.measure.bootstrap.selective_intervals`). Resample draws are seeded by ``seed``."""
+    with warnings.catch_warnings():  # measure() has warned of an infeasible guarantee once
+        warnings.filterwarnings("ignore", "coverage cannot be guaranteed", RuntimeWarning)
+        return selective_intervals(
+            arrays["score"], arrays["confidence"], arrays["correct"], betas,
+            n_resamples=resamples, level=level, seed=seed, delta=delta, selects=selects,
+            extra={k: EXTRA_SELECTIVE[k] for k in BOOTSTRAPPED_EXTRA}, ranking=RANKING,
+        )

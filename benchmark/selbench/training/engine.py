@@ -1,0 +1,539 @@
+"""The training engine: R ≥ 1 replicas of a small network trained as one model.
+
+Everything selbench trains by gradient descent goes through :func:`train_replicas`: the
+learned selector g (with or without the recalibrator h) in the ``selection``,
+``sequential`` and ``joint`` schemes, and the MLP recalibrator's own fit. One replica
+(R = 1) is the solo case; a leaderboard passes every seed × training β (× loss weight) of
+a method at once. Any ``torch.nn.Module`` can be a replica:
+
+* :func:`stack_selectors` / :func:`stack_recalibrators` turn R modules of one class into one module with a leading replica
+  dimension. A module class that defines ``stacked`` (the :class:`~selbench.contract.api.StackableModule`
+  protocol) gets its own hand-stacked implementation; any other module is stacked with
+  ``torch.func`` (:class:`FuncStack`: ``stack_module_state`` + ``functional_call`` +
+  ``vmap``), so a third-party trainable selector or differentiable recalibrator is
+  batched without writing anything for it. The built-in hand-stacked modules are kept
+  because they were measured faster than ``torch.func`` at the paper's sizes
+  (``perf/bench_training.py``, engine rows; the MLP selector/recalibrator and the
+  temperature and Platt modules of joint training).
+* One Adam runs over the stacked parameters (Adam is elementwise: each replica gets
+  exactly its own update, weight decay included), and the per-replica losses are summed
+  before one backward pass (replicas share no parameter, so each gradient is that of its
+  own loss).
+* Each replica reads its own data (:class:`Tables`, deduplicated: replicas with equal
+  data share one copy) in its own batch order (``torch.randperm`` of a generator seeded by
+  its seed, epoch after epoch) with its own input noise (a generator seeded by ``seed +
+  1``); replicas with equal seeds share the draws.
+* Replicas with equal data and seed (the training β's of a seed) form a *lane*: they read
+  the same batch, which a module class that declares ``stacks_lanes`` receives once per
+  lane (:func:`lane_order`; the hand-stacked MLP selector then runs one wide first-layer
+  GEMM per lane, measured as fast as the old engine's "streams", ``perf/README.md``).
+* On a GPU the step (gathers, forward, backward, Adam) is captured in a CUDA graph per
+  batch length and replayed (:class:`_GraphedSteps`): a step of a few small replicas is
+  bound by the host launching its ~60 kernels, and one replay launches them all (measured
+  5.5x on an H200 for 100 replicas of the paper's MLP, ``perf/README.md``).
+
+**Replica independence.** A replica's arithmetic is the same whichever replicas train
+with it, except that CPU (and GPU) kernels may sum a reduction in another order for other
+batch shapes (measured: weights after 400 steps of the paper's MLP differ by up to ~1e-7
+relative when trained with 0 or 6 others). The replicas' results therefore agree with
+each one trained alone to float32 rounding, not bit for bit; ``tests/test_engine.py``
+bounds the difference (``REPLICA_RTOL``), and a resumed or extended run reproduces an
+uninterrupted one's metrics to that tolerance (about the 7th significant digit of a
+metric; the leaderboard's printed digits do not move).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from selbench.training.torchutils import (
+    batched_adam,
+    batched_threads,
+    cpu_threads,
+    epoch_permutations,
+)
+
+__all__ = [
+    "REPLICA_RTOL",
+    "lane_order",
+    "FuncRecalibratorStack",
+    "FuncStack",
+    "Tables",
+    "stack_recalibrators",
+    "stack_selectors",
+    "train_replicas",
+]
+
+#: relative tolerance between a replica trained with others and trained alone (float32
+#: rounding of reductions summed in another order; see the module docstring)
+REPLICA_RTOL = 1e-4
+
+
+def _func_call(base: torch.nn.Module, method: str | None):
+    """``f(params, buffers, *args)``: ``base``'s forward (or ``method``) with the given state."""
+    from torch.func import functional_call
+
+    if method is None:
+        def call(params, buffers, *args):
+            return functional_call(base, (params, buffers), args)
+    else:
+        wrapper = _Method(base, method)
+
+        def call(params, buffers, *args):
+            params = {f"m.{k}": v for k, v in params.items()}
+            buffers = {f"m.{k}": v for k, v in buffers.items()}
+            return functional_call(wrapper, (params, buffers), args)
+    return call
+
+
+class _Method(torch.nn.Module):
+    """``forward`` that calls another method of ``m`` (so ``functional_call`` can run it)."""
+
+    def __init__(self, m: torch.nn.Module, name: str):
+        super().__init__()
+        self.m = m
+        self.name = name
+
+    def forward(self, *args):
+        return getattr(self.m, self.name)(*args)
+
+
+class FuncStack(torch.nn.Module):
+    """R modules of one class as one, through ``torch.func`` (any ``torch.nn.Module``).
+
+    The replicas' parameters and buffers are stacked along a new leading dimension
+    (``torch.func.stack_module_state``); :meth:`forward` maps the replicas' own ``forward``
+    over it (``vmap`` of ``functional_call``): every tensor argument has a leading
+    dimension R (``None`` passes through), every output gains one. :meth:`call` runs
+    another method the same way (``predict``), and :meth:`write_back` copies the trained
+    values into the replicas' own modules. Randomness inside a module (dropout) draws
+    differently per replica.
+    """
+
+    def __init__(self, modules: Sequence[torch.nn.Module]):
+        super().__init__()
+        from torch.func import stack_module_state
+
+        params, buffers = stack_module_state(list(modules))
+        self._names = list(params)
+        self._buffer_names = list(buffers)
+        self.stacked_params = torch.nn.ParameterList(
+            torch.nn.Parameter(params[k].detach().clone()) for k in self._names
+        )
+        for i, k in enumerate(self._buffer_names):
+            self.register_buffer(f"stacked_buffer_{i}", buffers[k].detach().clone())
+        base = copy.deepcopy(modules[0]).to("meta")
+        self.__dict__["_base"] = base  # not a submodule: its (meta) state is never used
+        self.replicas = len(modules)
+        for attr in ("uses_features", "changes_prediction", "cuda_graphs"):
+            if hasattr(modules[0], attr):
+                setattr(self, attr, getattr(modules[0], attr))
+
+    def _state(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        params = dict(zip(self._names, self.stacked_params))
+        buffers = {k: getattr(self, f"stacked_buffer_{i}")
+                   for i, k in enumerate(self._buffer_names)}
+        return params, buffers
+
+    def call(self, method: str | None, *args: Any) -> Any:
+        """``method`` (``None``: forward) of every replica, mapped over the leading dimension."""
+        from torch.func import vmap
+
+        self._base.train(self.training)
+        params, buffers = self._state()
+        in_dims = (0, 0, *[None if a is None else 0 for a in args])
+        inner = _func_call(self._base, method)
+        absent: list[int] = []
+
+        def call(*a):  # vmap maps tensors only: a None output (no log_probs) is set aside
+            out = inner(*a)
+            if not isinstance(out, tuple):
+                return out
+            absent[:] = [i for i, o in enumerate(out) if o is None]
+            return tuple(torch.zeros(()) if o is None else o for o in out)
+
+        out = vmap(call, in_dims=in_dims, randomness="different")(params, buffers, *args)
+        if absent:
+            out = tuple(None if i in absent else o for i, o in enumerate(out))
+        return out
+
+    def forward(self, *args: Any) -> Any:
+        return self.call(None, *args)
+
+    @torch.no_grad()
+    def write_back(self, modules: Sequence[torch.nn.Module]) -> None:
+        params, buffers = self._state()
+        for r, module in enumerate(modules):
+            own = dict(module.named_parameters())
+            for k, v in params.items():
+                own[k].copy_(v[r])
+            own_buffers = dict(module.named_buffers())
+            for k, v in buffers.items():
+                own_buffers[k].copy_(v[r])
+
+
+def _check_stackable(modules: list[torch.nn.Module]) -> type:
+    cls = type(modules[0])
+    if any(type(m) is not cls for m in modules):
+        raise ValueError("replicas of different module classes cannot be stacked: "
+                         + ", ".join(sorted({type(m).__name__ for m in modules})))
+    shapes = {tuple((k, tuple(v.shape)) for k, v in m.state_dict().items()) for m in modules}
+    if len(shapes) != 1:
+        raise ValueError(f"replicas of {cls.__name__} with different shapes cannot be stacked")
+    return cls
+
+
+def stack_selectors(modules: Sequence[torch.nn.Module]) -> torch.nn.Module:
+    """R selector networks (``[B, d_in] -> ĝ [B]``) as one
+    (:class:`~selbench.contract.api.StackedSelectorModule`: ``[R, B, d_in] -> [R, B]``): the class's
+    own ``stacked`` where it has one (hand-stacked, :class:`~selbench.contract.api.StackableModule`),
+    else a :class:`FuncStack`."""
+    modules = list(modules)
+    maker = getattr(_check_stackable(modules), "stacked", None)
+    return maker(modules) if callable(maker) else FuncStack(modules)
+
+
+class FuncRecalibratorStack(FuncStack):
+    """R recalibrator modules (:class:`~selbench.contract.api.RecalibratorModule`) as one
+    :class:`~selbench.contract.api.StackedRecalibratorModule`, through ``torch.func``: the per-example
+    tables are the logits (and the labels), a step maps the modules' own ``forward`` over the
+    replicas and reads the label's log-probability off each replica's vector; a
+    :class:`~selbench.contract.api.PredictingModule` replica's ``predict`` gives :meth:`correct`."""
+
+    def __init__(self, modules: Sequence[torch.nn.Module]):
+        super().__init__(modules)
+        self.uses_features = bool(getattr(modules[0], "uses_features", True))
+        first = modules[0]
+        self.changes_prediction = bool(getattr(first, "changes_prediction", False)) and \
+            callable(getattr(first, "predict", None))
+
+    @torch.no_grad()
+    def prepare(self, logits: torch.Tensor, features: torch.Tensor | None,
+                labels: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        out = {"logits": logits}
+        if labels is not None:
+            out["labels"] = labels
+        return out
+
+    def forward(self, batch: dict[str, torch.Tensor], features: torch.Tensor | None,
+                need_log_prob: bool):
+        conf, log_probs = self.call(None, batch["logits"], features)
+        if not need_log_prob or log_probs is None:
+            return conf, None
+        return conf, log_probs.gather(-1, batch["labels"].unsqueeze(-1)).squeeze(-1)
+
+    @torch.no_grad()
+    def correct(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        pred = self.call("predict", batch["logits"], None)
+        return (pred == batch["labels"]).float()
+
+
+def stack_recalibrators(modules: Sequence[torch.nn.Module]) -> torch.nn.Module:
+    """R recalibrator modules as one :class:`~selbench.contract.api.StackedRecalibratorModule`: the
+    class's own ``stacked`` where it has one, else a :class:`FuncRecalibratorStack`."""
+    modules = list(modules)
+    maker = getattr(_check_stackable(modules), "stacked", None)
+    return maker(modules) if callable(maker) else FuncRecalibratorStack(modules)
+
+
+@dataclass
+class Tables:
+    """Per-example data of R replicas, stored once per distinct copy.
+
+    ``data[name]`` is ``[U, n, ...]`` (U distinct sources) and ``source[r]`` the row of
+    replica ``r``. :meth:`add` deduplicates: a replica whose arrays equal an earlier
+    source's (all of them) reads that source.
+    """
+
+    n: int
+    source: list[int] = field(default_factory=list)
+    _arrays: list[dict[str, np.ndarray]] = field(default_factory=list)
+    data: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def add(self, arrays: dict[str, np.ndarray]) -> int:
+        """Register one replica's arrays (each ``[n, ...]``); returns its source index."""
+        for u, known in enumerate(self._arrays):
+            if known.keys() == arrays.keys() and all(
+                known[k].dtype == arrays[k].dtype and np.array_equal(known[k], arrays[k])
+                for k in arrays
+            ):
+                self.source.append(u)
+                return u
+        for k, a in arrays.items():
+            if a.shape[0] != self.n:
+                raise ValueError(f"{k}: expected {self.n} rows, got {a.shape[0]}")
+        self._arrays.append(arrays)
+        self.source.append(len(self._arrays) - 1)
+        return len(self._arrays) - 1
+
+    def to(self, device: Any, dtypes: dict[str, torch.dtype]) -> dict[str, torch.Tensor]:
+        """The stacked tables ``{name: [U, n, ...]}`` on ``device``."""
+        out = {}
+        for k in self._arrays[0]:
+            out[k] = torch.stack([
+                torch.as_tensor(np.ascontiguousarray(a[k])) for a in self._arrays
+            ]).to(device=device, dtype=dtypes.get(k))
+        self.data = out
+        return out
+
+
+def lane_order(source: Sequence[int], seeds: Sequence[int]) -> tuple[list[int], int]:
+    """Arrange R replicas in *lanes*: replicas with the same data source and seed read
+    identical mini-batches (same rows, same noise). Returns ``(order, lanes)``: ``order``
+    lists the replica indices lane by lane (lanes in order of first appearance); when the
+    lanes are not all of one size, every replica is its own lane (``order = range(R)``,
+    ``lanes = R``), as lane-reading modules need ``R / lanes`` replicas per lane."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for r, key in enumerate(zip(source, seeds)):
+        groups.setdefault((int(key[0]), int(key[1])), []).append(r)
+    if len({len(g) for g in groups.values()}) != 1:
+        return list(range(len(seeds))), len(seeds)
+    return [r for g in groups.values() for r in g], len(groups)
+
+
+def _gather(table: torch.Tensor, rows: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    """``table [U, n, ...]`` at flat rows ``u * n + i`` -> ``[R, B, ...]``."""
+    flat = table.reshape(table.shape[0] * table.shape[1], *table.shape[2:])
+    return flat.index_select(0, rows).view(*shape, *table.shape[2:])
+
+
+def train_replicas(
+    *,
+    modules: Sequence[torch.nn.Module],
+    tables: dict[str, torch.Tensor],
+    source: Sequence[int],
+    seeds: Sequence[int],
+    step_loss: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    weight_decay: float,
+    device: Any,
+    noise_std: float = 0.0,
+    noise: Sequence[tuple[str | None, int]] = (),
+    lane_tables: Sequence[str] = (),
+    desc: str | None = None,
+) -> None:
+    """Train the stacked ``modules`` (already on ``device``) in place.
+
+    Every epoch, replica ``r`` reads the rows of its source ``source[r]`` of every table
+    (``{name: [U, n, ...]}``) in the order ``torch.randperm(n)`` of a generator seeded by
+    ``seeds[r]``, in mini-batches of ``batch_size``. ``noise`` lists, in drawing order, the
+    tables that get Gaussian noise of std ``noise_std`` at every step (``(name, width)``;
+    a ``None`` name draws ``[B, width]`` and discards it, as a field the replica does not
+    read), from a generator seeded by ``seeds[r] + 1``. ``step_loss(batch)`` receives the
+    batch ``{name: [R, B, ...]}`` and returns the per-replica losses ``[R]`` (or their
+    sum), summed for one backward pass; one Adam (``lr``, ``weight_decay``) updates all parameters.
+
+    The tables named in ``lane_tables`` come once per lane instead, ``[L, B, ...]``: the
+    replicas must then be in lanes of equal size, consecutive, as :func:`lane_order`
+    arranges them (ValueError otherwise), for modules that read a lane's batch once (the
+    hand-stacked MLP's wide first layer).
+
+    On a CUDA device the step is captured in CUDA graphs (:func:`cuda_graphs_enabled`):
+    the same kernels replayed, so the same numbers as the eager step, at a fraction of the
+    host's launch cost.
+    """
+    r_count = len(seeds)
+    n = int(next(iter(tables.values())).shape[1])
+    device = torch.device(device)
+    distinct = list(dict.fromkeys(int(s) for s in seeds))
+    lane = torch.tensor([distinct.index(int(s)) for s in seeds], device=device)
+    offsets = torch.tensor([int(u) * n for u in source], device=device)[:, None]
+    lane_first: list[int] = []  # the first replica of each lane
+    if lane_tables:
+        order, lanes = lane_order(source, seeds)
+        if order != list(range(r_count)):
+            raise ValueError("lane_tables: the replicas are not in equal, consecutive lanes")
+        lane_first = list(range(0, r_count, r_count // lanes))
+    lane_of_lane = lane[lane_first] if lane_first else lane
+    offsets_lane = offsets[lane_first] if lane_first else offsets
+    parameters = [p for m in modules for p in m.parameters()]
+    optimizer = batched_adam(parameters, lr, weight_decay)
+    shuffles = [torch.Generator().manual_seed(s) for s in distinct]
+    noise_gens = []
+    if noise_std > 0 and noise:
+        noise_gens = [torch.Generator(device=device).manual_seed(s + 1) for s in distinct]
+    bs = int(batch_size)
+    epoch_iter: Any = range(int(epochs))
+    if desc is not None:
+        from tqdm.auto import tqdm
+
+        epoch_iter = tqdm(epoch_iter, desc=desc)
+    # one replica trains with one thread: its matmuls are too small to gain from more (see
+    # cpu_threads); R replicas' batched matmuls are large enough that all threads pay
+    threads = 1 if r_count == 1 else batched_threads(device)
+    for m in modules:
+        m.train()
+    lane_count = len(lane_first)
+
+    def gather(rows: torch.Tensor, lane_rows: torch.Tensor | None,
+               draws: Sequence[torch.Tensor | None], b: int) -> dict[str, torch.Tensor]:
+        batch = {}
+        for k, t in tables.items():
+            if k in lane_tables:
+                batch[k] = _gather(t, lane_rows, (lane_count, b))
+            else:
+                batch[k] = _gather(t, rows, (r_count, b))
+        for (name, _), draw in zip(noise, draws):
+            if name is not None and draw is not None:
+                draw = draw.index_select(0, lane_of_lane if name in lane_tables else lane)
+                batch[name] = batch[name] + noise_std * draw.to(batch[name].dtype)
+        return batch
+
+    def step(rows: torch.Tensor, lane_rows: torch.Tensor | None,
+             draws: Sequence[torch.Tensor | None], b: int) -> None:
+        total = step_loss(gather(rows, lane_rows, draws, b)).sum()
+        optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        optimizer.step()
+
+    def draw_noise(b: int) -> list[torch.Tensor | None]:
+        if not noise_gens:
+            return [None] * len(noise)
+        return [torch.stack([torch.randn((b, width), generator=gen, device=device)
+                             for gen in noise_gens]) for _, width in noise]
+
+    graphs = _GraphedSteps.create(device, modules, optimizer, step, noise, noise_gens)
+    with cpu_threads(device, threads), (graphs.stream() if graphs else nullcontext()):
+        perms = epoch_permutations(shuffles, n, int(epochs), device)
+        for _, perm in zip(epoch_iter, perms):
+            rows_all = perm.index_select(0, lane) + offsets  # [R, n]
+            rows_lane = perm.index_select(0, lane_of_lane) + offsets_lane if lane_first else None
+            for start in range(0, n, bs):
+                stop = min(start + bs, n)
+                rows = rows_all[:, start:stop]
+                lane_rows = rows_lane[:, start:stop] if rows_lane is not None else None
+                if graphs is not None and graphs.run(rows, lane_rows, stop - start):
+                    continue
+                step(rows.reshape(-1), None if lane_rows is None else lane_rows.reshape(-1),
+                     draw_noise(stop - start), stop - start)
+    for m in modules:
+        m.eval()
+
+
+def cuda_graphs_enabled(device: Any, modules: Sequence[torch.nn.Module] = ()) -> bool:
+    """Whether :func:`train_replicas` captures its training step in CUDA graphs: on a CUDA
+    device, unless ``SELBENCH_CUDA_GRAPHS=0`` or a module (a stacked module, or any
+    submodule) declares ``cuda_graphs = False``."""
+    env = os.environ.get("SELBENCH_CUDA_GRAPHS", "").strip().lower()
+    if env not in ("", "1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise ValueError(f"SELBENCH_CUDA_GRAPHS must be 1 or 0 (on or off), got {env!r}")
+    if torch.device(device).type != "cuda" or env in ("0", "false", "no", "off"):
+        return False
+    return all(getattr(sub, "cuda_graphs", True) is not False
+               for m in modules for sub in m.modules())
+
+
+class _GraphedSteps:
+    """The training step captured in CUDA graphs, one per batch length (on a GPU a step of
+    a few small replicas is bound by the host launching its ~60 kernels one by one; a graph
+    replays them with one launch, and the same kernels on the same addresses compute the
+    same numbers).
+
+    Each batch length first runs :data:`WARMUP` eager steps (what allocates the optimiser's
+    state and the libraries' workspaces before a capture), then is captured once and
+    replayed: per step, the batch's rows are copied into a static index tensor and the
+    input noise drawn into static tensors by the replicas' own generators, outside the
+    graph, in the order the eager step draws them (so the draws are the eager ones). The
+    optimiser must be the fused Adam (its ``capturable`` flag does not change its
+    arithmetic). A capture that fails (a module that reads a value back to the host, say)
+    falls back to the eager step for the rest of the training, with a warning.
+    """
+
+    WARMUP = 3
+
+    def __init__(self, device: torch.device, optimizer, step, noise, noise_gens):
+        self.device, self.optimizer, self.step = device, optimizer, step
+        self.noise, self.noise_gens = list(noise), list(noise_gens)
+        self.seen: dict[int, int] = {}
+        self.graphs: dict[int, tuple[Any, torch.Tensor, torch.Tensor | None,
+                                     list[torch.Tensor | None]]] = {}
+        self.failed = False
+        self._stream = torch.cuda.Stream(device=device)
+
+    @classmethod
+    def create(cls, device, modules, optimizer, step, noise, noise_gens):
+        if not cuda_graphs_enabled(device, modules):
+            return None
+        if not all(group.get("fused") for group in optimizer.param_groups):
+            return None  # the foreach Adam's capturable path computes differently
+        for group in optimizer.param_groups:
+            group["capturable"] = True
+        return cls(torch.device(device), optimizer, step, noise, noise_gens)
+
+    @contextmanager
+    def stream(self) -> Iterator[None]:
+        """Run the training on a side stream (captures need one); on leaving, the caller's
+        stream waits for it and the graphs (and the gradients in their memory) are freed."""
+        outer = torch.cuda.current_stream(self.device)
+        self._stream.wait_stream(outer)
+        try:
+            with torch.cuda.stream(self._stream):
+                yield
+        finally:
+            outer.wait_stream(self._stream)
+            self.optimizer.zero_grad(set_to_none=True)
+            self.graphs.clear()
+
+    def _draw_into(self, buffers: list[torch.Tensor | None], b: int) -> None:
+        for (_, width), buf in zip(self.noise, buffers):
+            if buf is not None:
+                for u, gen in enumerate(self.noise_gens):
+                    torch.randn((b, width), generator=gen, device=self.device, out=buf[u])
+
+    def run(self, rows: torch.Tensor, lane_rows: torch.Tensor | None, b: int) -> bool:
+        """One step through the graph of batch length ``b``; False when the caller must run
+        it eagerly (a warm-up step, or captures failed)."""
+        if self.failed:
+            return False
+        entry = self.graphs.get(b)
+        if entry is None:
+            self.seen[b] = self.seen.get(b, 0) + 1
+            if self.seen[b] <= self.WARMUP:
+                return False
+            entry = self._capture(rows, lane_rows, b)
+            if entry is None:
+                return False
+        graph, rows_buf, lane_buf, draw_bufs = entry
+        rows_buf.view(rows.shape).copy_(rows)  # one strided copy from the epoch's order
+        if lane_buf is not None:
+            lane_buf.view(lane_rows.shape).copy_(lane_rows)
+        self._draw_into(draw_bufs, b)
+        graph.replay()
+        return True
+
+    def _capture(self, rows, lane_rows, b):
+        rows_buf = rows.reshape(-1).clone()  # valid indices while capturing (nothing runs)
+        lane_buf = None if lane_rows is None else lane_rows.reshape(-1).clone()
+        draw_bufs: list[torch.Tensor | None] = [
+            torch.empty((len(self.noise_gens), b, width), device=self.device)
+            if self.noise_gens else None for _, width in self.noise
+        ]
+        graph = torch.cuda.CUDAGraph()
+        self.optimizer.zero_grad(set_to_none=True)
+        try:
+            self._stream.synchronize()
+            with torch.cuda.graph(graph, stream=self._stream):
+                self.step(rows_buf, lane_buf, draw_bufs, b)
+        except Exception as exc:  # any capture failure: the eager step, for the rest
+            self.failed = True
+            self.optimizer.zero_grad(set_to_none=True)
+            torch.cuda.synchronize(self.device)
+            warnings.warn(
+                f"training step could not be captured in a CUDA graph ({exc}); training "
+                "eagerly (set cuda_graphs = False on the module to skip the attempt)",
+                RuntimeWarning, stacklevel=3)
+            return None
+        entry = (graph, rows_buf, lane_buf, draw_bufs)
+        self.graphs[b] = entry
+        return entry
