@@ -12,6 +12,7 @@ import scipy.stats
 from selbench.measure import bootstrap as BS
 from selbench.measure import metrics as M
 from selbench.measure.bootstrap import bootstrap_ci, selective_intervals
+from selbench.measure.resampled import ResampledCell
 
 STREAM = 0xB007
 
@@ -298,8 +299,8 @@ def test_fast_rows_equal_slow_rows_on_extreme_resamples():
     rows = np.array([np.zeros(n, int), np.full(n, n - 1), np.arange(n), np.arange(n)[::-1],
                      np.repeat([3, 4, 5, 6, 7], 5), np.tile([1, 2], 13)[:n]])
     for betas in (M.DEFAULT_BETAS, np.array([0.9, 0.3, 0.55]), np.array([1.0])):
-        cell = BS._Cell(scores, conf, correct, betas, n, seed=1, delta=None, selects=True,
-                        extra=EXTRA, ranking=RANKING)
+        cell = ResampledCell(scores, conf, correct, betas, n, seed=1, delta=None, selects=True,
+                             extra=EXTRA, ranking=RANKING)
         np.testing.assert_allclose(cell.rows_fast(rows), cell.rows_slow(rows), rtol=0, atol=1e-12)
 
 
@@ -429,13 +430,13 @@ def test_threads_do_not_change_the_intervals(monkeypatch):
     arrays = {"score": scores, "confidence": conf, "correct": correct}
     monkeypatch.setattr(BS, "_THREAD_ENTRIES", 1 << 12)
     calls = []
-    real = BS._Cell._rows_fast
+    real = ResampledCell.rows_fast
 
     def counting(self, idx):
         calls.append(idx.shape[0])
         return real(self, idx)
 
-    monkeypatch.setattr(BS._Cell, "_rows_fast", counting)
+    monkeypatch.setattr(ResampledCell, "rows_fast", counting)
     out = {}
     for threads in ("1", "3"):
         monkeypatch.setenv("SELBENCH_BOOTSTRAP_THREADS", threads)

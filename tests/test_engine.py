@@ -19,6 +19,7 @@ from selbench.contract.api import (
     TrainableSelector,
 )
 from selbench.contract.registry import get_registry
+from selbench.execution import cells as cells_mod
 from selbench.execution import runner as runner_mod
 from selbench.training import engine
 from selbench.training.torchutils import BatchedMLP, build_mlp, run_module, seeded_init
@@ -406,13 +407,13 @@ def test_runner_fits_a_method_in_one_group_and_an_extended_run_agrees(tmp_path, 
     spec = tiny_spec(seeds=[0, 1], methods=[{"label": "Joint", **trained}],
                      betas=[0.7, 0.9], train_beta="per_beta", report="betas")
     calls = []
-    real = runner_mod.fit_group
+    real = cells_mod.fit_group
 
     def counting(resolved, cells, *args, **kwargs):
         calls.append(len(cells))
         return real(resolved, cells, *args, **kwargs)
 
-    monkeypatch.setattr(runner_mod, "fit_group", counting)
+    monkeypatch.setattr(cells_mod, "fit_group", counting)
     runner_mod.run(spec, out_dir=tmp_path / "whole", progress=False, plots=False)
     assert calls == [4]  # 2 seeds x 2 training betas, one fit_many call
     first = tiny_spec(seeds=[0], methods=[{"label": "Joint", **trained}],
@@ -455,8 +456,8 @@ def test_runner_scores_identical_fitted_states_once(tmp_path, monkeypatch, same_
     runner_mod.run(spec, out_dir=tmp_path / "memo", progress=False, plots=False)
     n_eval = 300 if same_split else 600
     assert calls == [n_eval, n_eval]  # 2 seeds x 2 betas: one scoring per seed
-    real_cell = runner_mod.run_cell
-    monkeypatch.setattr(runner_mod, "run_cell",
+    real_cell = cells_mod.run_cell
+    monkeypatch.setattr(cells_mod, "run_cell",
                         lambda *args, **kw: real_cell(*args[:6], memo=None))
     runner_mod.run(spec, out_dir=tmp_path / "plain", progress=False, plots=False)
     assert len(calls) == 6

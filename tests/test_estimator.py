@@ -374,7 +374,9 @@ def test_each_quickstart_method_is_its_estimator(tmp_path):
     fit does — one fitting path)."""
     import selbench
     from conftest import tiny_spec
-    from selbench.execution import runner as runner_mod
+    from selbench.execution import cells as cells_mod
+    from selbench.execution.extraction import experiment_outputs
+    from selbench.execution.keys import identify
     from selbench.measure.evaluate import eval_rows, fit_indices
     from selbench.spec import load_spec
     from selbench.store.cache import OutputCache
@@ -385,8 +387,7 @@ def test_each_quickstart_method_is_its_estimator(tmp_path):
                                                 progress=False, plots=False).cells()}
     resolved = load_spec(spec)
     cache = OutputCache()
-    outputs = runner_mod.experiment_outputs(resolved, 0, runner_mod.identify(resolved, cache),
-                                            cache, "cpu", False)
+    outputs = experiment_outputs(resolved, 0, identify(resolved, cache), cache, "cpu", False)
     exp = resolved.spec.experiments[0]
     idx = fit_indices(len(outputs["val"]), exp.n_fit, 3, "")
     rows = eval_rows(len(outputs["test"]), idx, False, exp.n_eval, 0)
@@ -395,7 +396,7 @@ def test_each_quickstart_method_is_its_estimator(tmp_path):
     canonical = resolved.canonical()["experiments"][0]["methods"]
     for m_i, method in enumerate(methods):
         # the runner's estimator of a cell: the canonical YAML method (defaults filled in)
-        runners = runner_mod._Method(resolved, 0, m_i).estimator(3, 0.5, "cpu").get_params()
+        runners = cells_mod._Method(resolved, 0, m_i).estimator(3, 0.5, "cpu").get_params()
         assert runners == {**{k: v for k, v in canonical[m_i].items() if k != "label"},
                            "beta": 0.5, "seed": 3, "device": "cpu"}
         est = SelectiveRecalibrator.from_method(method, beta=0.5, seed=3, device="cpu")

@@ -14,13 +14,14 @@ import pytest
 import yaml
 from conftest import plugin_site, tiny_spec
 from selbench.cli import main
+from selbench.execution.distributed import Unit, WorkContext, run_unit
 from selbench.execution.executors import (
     ExecutorError,
     LocalOptions,
     SubmititOptions,
     choose_options,
 )
-from selbench.execution.runner import JobsFailed, RunError, Unit, WorkContext, run, run_unit
+from selbench.execution.runner import JobsFailed, RunError, run
 from selbench.store.results import ResultsDir, ResultsError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -231,7 +232,8 @@ def _context(resolved, out, cache) -> WorkContext:
 
 
 def test_two_jobs_never_write_the_same_cell(site, tmp_path):
-    from selbench.execution.runner import identify, method_groups, plan_cells
+    from selbench.execution.cells import method_groups
+    from selbench.execution.keys import identify, plan_cells
     from selbench.spec import load_spec
     from selbench.store.cache import OutputCache
 

@@ -12,7 +12,8 @@ from scipy import stats as sps
 from selbench.cli import main
 from selbench.execution.runner import run, slug
 from selbench.measure.metrics import auc
-from selbench.reporting.leaderboard import LeaderboardError, build_tables, write_leaderboard
+from selbench.reporting.leaderboard import build_tables, write_leaderboard
+from selbench.reporting.loading import LeaderboardError
 
 TEMP = {"scheme": {"name": "recalibration"}, "recalibrator": {"name": "temperature"}}
 METHODS = [

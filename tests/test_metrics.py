@@ -9,6 +9,7 @@ import calibration
 import numpy as np
 import pytest
 from calibration import utils as cal_utils
+from selbench.measure import binning as B
 from selbench.measure import metrics as M
 
 DATA_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
@@ -313,7 +314,7 @@ def test_top_label_first_index_and_nan_on_large_inputs():
 
 def _bucketed_cases():
     rng = np.random.default_rng(17)
-    b = M._BUCKETS
+    b = B._BUCKETS
     yield "uniform", rng.random(5000), rng.random(5000) < 0.6
     # concentrated in a handful of buckets near 1, with many exact 1.0
     conf = np.concatenate([1 - rng.random(4000) * 3e-5, np.ones(3000), rng.random(300)])
@@ -335,8 +336,8 @@ def test_bucketed_bins_equal_sorted_bins(case, n_bins):
     _, conf, correct = next(c for c in _bucketed_cases() if c[0] == case)
     correct = correct.astype(np.float64)
     order = np.argsort(conf, kind="stable")
-    expected = M.bin_stats(conf[order], correct[order], n_bins)
-    got = M.bin_stats_bucketed(conf, correct, n_bins)
+    expected = B.bin_stats(conf[order], correct[order], n_bins)
+    got = B.bin_stats_bucketed(conf, correct, n_bins)
     np.testing.assert_array_equal(got[0], expected[0])
     for g, e in zip(got[1:], expected[1:]):
         np.testing.assert_allclose(g, e, rtol=0, atol=1e-13)
@@ -344,7 +345,7 @@ def test_bucketed_bins_equal_sorted_bins(case, n_bins):
 
 def test_ece_of_a_large_array_takes_the_bucketed_path_and_matches_library():
     rng = np.random.default_rng(23)
-    n = M.BUCKETED_MIN_N + 1001
+    n = B.BUCKETED_MIN_N + 1001
     probs, labels = make_probs(rng, n, 10)
     probs = np.round(probs, 4)  # ties across part boundaries
     probs[: n // 4] = np.eye(10)[labels[: n // 4]]  # a quarter exactly 1.0

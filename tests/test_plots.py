@@ -20,16 +20,10 @@ from selbench.measure.metrics import METRICS
 from selbench.measure.riskcoverage import augrc, aurc, risk_coverage_curve
 from selbench.measure.smooth import smooth_reliability
 from selbench.measure.stats import summarize
+from selbench.reporting import figures as F
 from selbench.reporting import plots as P
-from selbench.reporting.plots import (
-    accepted_mask,
-    metric_curves,
-    plot_beta,
-    reliability_bins,
-    reliability_figure,
-    risk_coverage_figure,
-    write_plots,
-)
+from selbench.reporting.figures import reliability_bins, reliability_figure, risk_coverage_figure
+from selbench.reporting.plots import accepted_mask, metric_curves, plot_beta, write_plots
 
 LABELS = ("None", "Temp. scale", "Confidence")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -153,11 +147,11 @@ def test_smoothed_reliability_panels_draw_smooth_reliability(results):
             np.testing.assert_allclose(segs[:, 1], np.c_[sm.x, sm.y][1:], rtol=0, atol=1e-12)
             rel = sm.density / sm.density.max()
             np.testing.assert_allclose(line.get_linewidths(),
-                                       P._LW[0] + P._LW[1] * (rel[:-1] + rel[1:]) / 2)
+                                       F._LW[0] + F._LW[1] * (rel[:-1] + rel[1:]) / 2)
             band = next(col for col in ax.collections
                         if isinstance(col, PolyCollection) and col.get_label() == f"_density: {which}")
             verts = band.get_paths()[0].vertices
-            top = np.c_[sm.x, lo + P._DENSITY_H * (hi - lo) * rel]
+            top = np.c_[sm.x, lo + F._DENSITY_H * (hi - lo) * rel]
             dist = np.abs(top[:, None, :] - verts[None, :, :]).max(axis=2).min(axis=1)
             assert dist.max() < 1e-9  # the band's upper edge is the scaled density
             assert verts[:, 1].min() == pytest.approx(lo)
@@ -170,8 +164,8 @@ def test_risk_coverage_figure_draws_the_stored_arrays(results, tmp_path, monkeyp
     whether it selects, to the risk-coverage figure, which plots risk_coverage_curve point for
     point (selective and generalized risk) with AURC and AUGRC in the legend."""
     seen = []
-    draw = P.risk_coverage_figure
-    monkeypatch.setattr(P, "risk_coverage_figure",
+    draw = F.risk_coverage_figure
+    monkeypatch.setattr(F, "risk_coverage_figure",
                         lambda series, title: seen.append(series) or draw(series, title))
     paths = write_plots(results, out=tmp_path, formats=("svg",), workers=1)
     assert tmp_path / "plots" / "mixture" / "risk-coverage.svg" in paths
@@ -252,8 +246,8 @@ def test_mean_std_is_summarize(vals):
 
 def _curves_figures(monkeypatch):
     calls = []
-    draw = P.curves_figure
-    monkeypatch.setattr(P, "curves_figure", lambda series, keys, title: calls.append(
+    draw = F.curves_figure
+    monkeypatch.setattr(F, "curves_figure", lambda series, keys, title: calls.append(
         (list(keys), series, draw(series, keys, title))) or calls[-1][2])
     return calls
 
@@ -420,14 +414,14 @@ def test_pinned_titles_draw_the_same_figure(scale, shift, tmp_path, monkeypatch)
     give the same files as matplotlib's automatic placement; an Axes whose y axis shows an
     offset text (1e-7, +9.999e-1 here) keeps the automatic placement, which may move it."""
     def save(stem):
-        with matplotlib.rc_context(P._RC):
-            fig = P.curves_figure(_curves(scale, shift), ["ece1", "ece2"], "a long title " * 6)
-            return fig, [p.read_bytes() for p in P._save(fig, stem, ("svg", "png"))]
+        with matplotlib.rc_context(F.RC_PARAMS):
+            fig = F.curves_figure(_curves(scale, shift), ["ece1", "ece2"], "a long title " * 6)
+            return fig, [p.read_bytes() for p in F.save_figure(fig, stem, ("svg", "png"))]
 
     pinned_fig, pinned = save(tmp_path / "pinned")
     offset = [ax.yaxis.get_offset_text().get_text() for ax in pinned_fig.axes]
     assert all(offset) == (scale < 1e-5) and any(offset) == (scale < 1e-5)
     assert [ax._autotitlepos for ax in pinned_fig.axes] == [bool(t) for t in offset]
-    monkeypatch.setattr(P, "_pin_titles", lambda fig: None)
+    monkeypatch.setattr(F, "_pin_titles", lambda fig: None)
     _, automatic = save(tmp_path / "automatic")
     assert pinned == automatic

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 from conftest import REPO, tiny_spec
-from selbench.execution import runner as runner_mod
+from selbench.execution import cells as cells_mod
 from selbench.execution.runner import RunError, run
 from selbench.store.cache import default_cache_dir
 from selbench.training.devices import DeviceError, resolve_device
@@ -77,7 +77,7 @@ def test_changed_method_recomputes_only_its_cells(tmp_path):
 
 def test_interrupted_run_resumes_and_matches_an_uninterrupted_one(tmp_path, monkeypatch):
     run(tiny_spec(), out_dir=tmp_path / "full", progress=False, plots=False)
-    real = runner_mod.run_cell
+    real = cells_mod.run_cell
     calls = {"n": 0}
 
     def flaky(*args, **kwargs):
@@ -86,13 +86,13 @@ def test_interrupted_run_resumes_and_matches_an_uninterrupted_one(tmp_path, monk
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runner_mod, "run_cell", flaky)
+    monkeypatch.setattr(cells_mod, "run_cell", flaky)
     with pytest.raises(KeyboardInterrupt):
         run(tiny_spec(), out_dir=tmp_path / "cut", progress=False, plots=False)
     assert len(_cells(tmp_path / "cut")) == 3
     assert not (tmp_path / "cut" / "leaderboard.md").exists()
     assert not list((tmp_path / "cut").rglob("*.tmp"))
-    monkeypatch.setattr(runner_mod, "run_cell", real)
+    monkeypatch.setattr(cells_mod, "run_cell", real)
     report = run(tiny_spec(), out_dir=tmp_path / "cut", progress=False, plots=False)
     assert (report.computed, report.reused) == (3, 3)
     for name in ("leaderboard.md", "leaderboard.csv"):

@@ -194,10 +194,10 @@ def test_editing_a_plugin_recomputes_exactly_its_cells_and_says_why(tmp_path, mo
 
 
 def test_a_change_in_the_core_metric_code_recomputes_every_cell(tmp_path, monkeypatch):
-    import selbench.execution.runner as runner_mod
+    import selbench.execution.keys as keys_mod
 
     run(tiny_spec(seeds=[0]), out_dir=tmp_path, progress=False, plots=False)
-    monkeypatch.setattr(runner_mod, "core_digest", lambda: "src:edited")
+    monkeypatch.setattr(keys_mod, "core_digest", lambda: "src:edited")
     report = run(tiny_spec(seeds=[0]), out_dir=tmp_path, progress=False, plots=False)
     assert (report.computed, report.reused) == (3, 0)
     assert report.reasons == {"selbench's metric definitions changed": 3}

@@ -53,7 +53,7 @@ def run(spec, **kwargs):
     ``spec`` is a YAML path, a dict or a resolved spec; the keyword arguments are those of
     :func:`selbench.execution.runner.run` (``out_dir``, ``device``, ``overrides``, ``cache_dir``,
     ``progress``, ``plots``, ``force``, ``only``). The returned
-    :class:`~selbench.execution.runner.RunResults` gives the typed cell records (``.cells()``), the
+    :class:`~selbench.execution.results_api.RunResults` gives the typed cell records (``.cells()``), the
     leaderboard (``.leaderboard()``) and a pandas frame (``.to_frame()``).
     """
     from selbench.execution.runner import run as _run

@@ -1,7 +1,67 @@
 """selbench's metrics, the public face: every metric function and the registry
 (:data:`METRICS`) that leaderboard columns are chosen from. The definitions live in
 :mod:`selbench.measure`; this module is the path users import (``selbench.metrics.ece``).
+It assembles the public names of :mod:`selbench.measure.metrics` and
+:func:`~selbench.measure.bootstrap.bootstrap_ci` (whose module builds on
+:mod:`selbench.measure.metrics`, so the latter cannot re-export it).
 """
 
-from selbench.measure.metrics import *  # noqa: F403
-from selbench.measure.metrics import __all__  # noqa: F401
+from selbench.measure.bootstrap import bootstrap_ci
+from selbench.measure.metrics import (
+    DEFAULT_BETAS,
+    DEFAULT_COLUMNS,
+    METRICS,
+    MetricInfo,
+    SmoothReliability,
+    accept_mask,
+    accepted_counts,
+    accuracy,
+    auc,
+    augrc,
+    aurc,
+    brier,
+    classwise_ece,
+    coverage_at_risk,
+    eaurc,
+    ece,
+    ece_sorted,
+    metric_info,
+    risk_at_coverage,
+    risk_coverage_curve,
+    selection_order,
+    selective_metrics,
+    smece,
+    smooth_reliability,
+    thresholds,
+    top_label,
+)
+
+__all__ = [
+    "DEFAULT_BETAS",
+    "SmoothReliability",
+    "DEFAULT_COLUMNS",
+    "METRICS",
+    "MetricInfo",
+    "accept_mask",
+    "accepted_counts",
+    "accuracy",
+    "auc",
+    "aurc",
+    "augrc",
+    "bootstrap_ci",
+    "brier",
+    "classwise_ece",
+    "coverage_at_risk",
+    "eaurc",
+    "ece",
+    "ece_sorted",
+    "metric_info",
+    "risk_at_coverage",
+    "risk_coverage_curve",
+    "selection_order",
+    "selective_metrics",
+    "smece",
+    "smooth_reliability",
+    "thresholds",
+    "top_label",
+]

@@ -4,7 +4,10 @@ This module is written for plugin authors. It declares the six plugin kinds, the
 protocols some plugins add (joint training, trainable selectors, batched training), the
 descriptor a hook returns (:class:`Plugin`) and how a plugin's parameters are declared.
 :mod:`selbench.contract.hookspecs` describes the whole fit → score → threshold protocol the runner
-follows with these types.
+follows with these types. Import every name from here: the parameter machinery
+(:class:`Plugin`, :func:`params_model`, :class:`Params`, :class:`PluginBase`) is defined in
+:mod:`selbench.contract.params` and the torch-module protocols in
+:mod:`selbench.contract.modules`, and this module re-exports them.
 
 **Estimator contract.** A plugin is a class following scikit-learn's estimator contract:
 every hyperparameter is an ``__init__`` keyword argument stored unchanged under its own
@@ -98,17 +101,22 @@ use; a third-party dataset may name a new kind for its own backbones.
 from __future__ import annotations
 
 import abc
-import contextlib
-import inspect
-import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, create_model
 
 from selbench.contract.data import ModelOutputs
+from selbench.contract.modules import (
+    PredictingModule,
+    RecalibratorModule,
+    StackableModule,
+    StackedPredictingModule,
+    StackedRecalibratorModule,
+    StackedSelectorModule,
+)
+from selbench.contract.params import NoParams, Params, Plugin, PluginBase, params_model
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -155,142 +163,6 @@ INPUT_KINDS: dict[str, str] = {
     "image-array": "a float numpy array of images [N, C, H, W]",
     "vectors": "a float numpy array of feature vectors [N, p]",
 }
-
-
-# --------------------------------------------------------------------------- parameters
-class Params(BaseModel):
-    """Base class of a plugin's parameter model: unknown keys are an error, values frozen.
-
-    The model of a plugin is normally derived from its ``__init__`` signature
-    (:func:`params_model`); subclass this directly only for cross-parameter validators (see
-    :attr:`PluginBase.params_base`) or for an explicit model passed to :class:`Plugin`.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class NoParams(Params):
-    """Parameter model of a plugin that takes no parameters."""
-
-
-_DERIVED: dict[Any, type[BaseModel]] = {}
-
-
-def _annotations(target: Any) -> dict[str, Any]:
-    """``target``'s parameter annotations, resolved (``Annotated`` metadata kept); one that
-    cannot be resolved (a name imported only for type checkers) is ``Any``."""
-    try:
-        return typing.get_type_hints(target, include_extras=True)
-    except Exception:
-        pass
-    namespace = getattr(target, "__globals__", {})
-    hints: dict[str, Any] = {}
-    for name, annotation in getattr(target, "__annotations__", {}).items():
-        if isinstance(annotation, str):
-            try:
-                annotation = eval(annotation, namespace)  # what get_type_hints does, per name
-            except Exception:
-                annotation = Any
-        hints[name] = annotation
-    return hints
-
-
-def params_model(factory: Callable[..., Any]) -> type[BaseModel]:
-    """The pydantic model of ``factory``'s keyword parameters: its signature is the schema.
-
-    For a class the signature is that of ``__init__`` (without ``self``); for a function,
-    its own. Each parameter that can be passed by keyword becomes a field with the
-    parameter's annotation (``Any`` when it has none or it cannot be resolved;
-    ``typing.Annotated`` metadata such as ``pydantic.Field(gt=0, description=...)`` or an
-    :class:`~selbench.contract.inputs.InputSpec` is kept) and its default (required when it has
-    none). Mutable defaults are copied by pydantic for every validation. ``*args``,
-    ``**kwargs`` and positional-only parameters take no part; a callable without a readable
-    signature takes no parameters. The model derives from ``factory.params_base`` when the
-    factory defines it (:class:`PluginBase`), else from :class:`Params`. The result is
-    remembered per factory.
-
-    Raises:
-        TypeError: ``params_base`` is not a pydantic model class, or pydantic rejects the
-            fields (e.g. an annotation that is not a type).
-    """
-    try:
-        return _DERIVED[factory]
-    except (KeyError, TypeError):
-        pass
-    name = getattr(factory, "__name__", type(factory).__name__)
-    try:
-        parameters = inspect.signature(factory).parameters.values()
-    except (TypeError, ValueError):  # a builtin without a signature
-        parameters = []
-    target = factory.__init__ if isinstance(factory, type) else factory
-    hints = _annotations(target)
-    fields: dict[str, Any] = {}
-    for p in parameters:
-        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
-            continue
-        default = ... if p.default is p.empty else p.default
-        fields[p.name] = (hints.get(p.name, Any), default)
-    base = getattr(factory, "params_base", Params) if isinstance(factory, type) else Params
-    if not (isinstance(base, type) and issubclass(base, BaseModel)):
-        raise TypeError(f"{name}.params_base must be a pydantic model class, got {base!r}")
-    try:
-        model = create_model(
-            f"{name}Params", __base__=base, __module__=getattr(factory, "__module__", __name__),
-            **fields,
-        )
-    except Exception as exc:
-        raise TypeError(
-            f"the parameters of {name} cannot be derived from its signature: "
-            f"{type(exc).__name__}: {exc}"
-        ) from None
-    model.__doc__ = f"Parameters of {name}, derived from its signature."
-    with contextlib.suppress(TypeError):  # an unhashable callable: derived again next time
-        _DERIVED[factory] = model
-    return model
-
-
-@dataclass(frozen=True)
-class Plugin:
-    """What a ``selbench_*`` hook returns, one per plugin.
-
-    Args:
-        name: the name a spec uses, e.g. ``"temperature"``. Unique within its kind across
-            every installed package; a clash is an error that names both providers.
-        factory: the plugin's class (a subclass of its kind's base class, checked when the
-            plugin is registered), or a callable returning such an object (checked when it
-            is built), called as ``factory(**params)`` with the validated parameters.
-        params: the pydantic model of the accepted parameters. Leave it out: it is derived
-            from the factory's signature (:func:`params_model`). An explicit model is
-            still accepted and then wins over the signature. Field descriptions are shown
-            by ``selbench plugins``.
-        summary: one line shown by ``selbench plugins``; defaults to the first line of the
-            factory's docstring.
-        version: the providing package's version, recorded in every result's provenance.
-    """
-
-    name: str
-    factory: Callable[..., Any]
-    params: type[BaseModel] | None = None
-    summary: str = ""
-    version: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.params is None:
-            derived = params_model(self.factory) if callable(self.factory) else NoParams
-            object.__setattr__(self, "params", derived)
-
-    def describe(self) -> str:
-        if self.summary:
-            return self.summary
-        doc = (getattr(self.factory, "__doc__", None) or "").strip()
-        return doc.splitlines()[0] if doc else ""
-
-    def reference(self) -> str:
-        """The method's canonical citation, shown by ``selbench plugins``: the factory's
-        ``reference`` class attribute (a string, e.g. ``"Guo et al., ICML 2017"``), else
-        ``""``."""
-        ref = getattr(self.factory, "reference", "")
-        return ref if isinstance(ref, str) else ""
 
 
 # --------------------------------------------------------------------------- context
@@ -347,86 +219,6 @@ class SplitData:
     domain: np.ndarray | None = None
     class_names: list[str] | None = None
     meta: dict = field(default_factory=dict)
-
-
-# --------------------------------------------------------------------------- estimator base
-class PluginBase:
-    """What every plugin kind shares: scikit-learn's estimator contract.
-
-    :meth:`get_params` returns the ``__init__`` parameters as stored on the instance and
-    :meth:`set_params` sets them, so ``sklearn.base.clone`` builds an unfitted copy (it
-    calls ``type(p)(**p.get_params(deep=False))`` and checks that ``__init__`` stored every
-    value unchanged: keep normalisation and derived values out of ``__init__``).
-    """
-
-    #: Base class of the parameter model derived from ``__init__``'s signature: a
-    #: :class:`Params` subclass holding only validators (pydantic ``model_validator`` s)
-    #: for checks that involve several parameters, or that rewrite what older specs wrote.
-    params_base: ClassVar[type[BaseModel]] = Params
-
-    #: Parameters stored under another attribute name, ``{parameter: attribute}``: for a
-    #: parameter whose name is taken by a method of the kind (a dataset's ``splits``).
-    param_attributes: ClassVar[Mapping[str, str]] = {}
-
-    @classmethod
-    def _param_names(cls) -> list[str]:
-        """The keyword parameters of ``__init__``, sorted (as scikit-learn lists them)."""
-        if cls.__init__ is object.__init__:
-            return []
-        names = []
-        for p in inspect.signature(cls.__init__).parameters.values():
-            if p.kind is p.VAR_POSITIONAL:
-                raise TypeError(f"{cls.__name__}.__init__ takes *args; parameters must be named")
-            if p.name != "self" and p.kind is not p.VAR_KEYWORD:
-                names.append(p.name)
-        return sorted(names)
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """The ``__init__`` parameters and their current values; with ``deep``, also those
-        of parameters that are estimators themselves, as ``name__param``."""
-        out: dict[str, Any] = {}
-        for name in self._param_names():
-            value = getattr(self, self.param_attributes.get(name, name))
-            if deep and not isinstance(value, type) and callable(getattr(value, "get_params", None)):
-                out.update((f"{name}__{k}", v) for k, v in value.get_params(deep=True).items())
-            out[name] = value
-        return out
-
-    def set_params(self, **params: Any) -> PluginBase:
-        """Set parameters (``name__param`` for a nested estimator's); returns ``self``."""
-        names = self._param_names()
-        nested: dict[str, dict[str, Any]] = {}
-        for key, value in params.items():
-            name, _, sub = key.partition("__")
-            if name not in names:
-                raise ValueError(
-                    f"{type(self).__name__} has no parameter {name!r}; its parameters are "
-                    f"{', '.join(names) or 'none'}"
-                )
-            if sub:
-                nested.setdefault(name, {})[sub] = value
-            else:
-                setattr(self, self.param_attributes.get(name, name), value)
-        for name, sub_params in nested.items():
-            getattr(self, self.param_attributes.get(name, name)).set_params(**sub_params)
-        return self
-
-    def __repr__(self) -> str:
-        """``Name(param=value, ...)`` with the parameters that differ from the defaults."""
-        try:
-            defaults = {n: p.default for n, p in inspect.signature(type(self)).parameters.items()}
-            shown = []
-            for name, value in self.get_params(deep=False).items():
-                default = defaults.get(name, inspect.Parameter.empty)
-                try:
-                    same = default is not inspect.Parameter.empty and bool(default == value)
-                except Exception:
-                    same = False
-                if not same:
-                    shown.append(f"{name}={value!r}")
-        except Exception:  # a half-built object: never fail in repr
-            return object.__repr__(self)
-        return f"{type(self).__name__}({', '.join(shown)})"
 
 
 # --------------------------------------------------------------------------- the six kinds
@@ -566,37 +358,6 @@ class Recalibrator(PluginBase, abc.ABC):
         """
         for recalibrator, out, context in zip(recalibrators, outputs, contexts):
             recalibrator.fit(out, context)
-
-
-@runtime_checkable
-class RecalibratorModule(Protocol):
-    """The torch module of a :class:`DifferentiableRecalibrator`.
-
-    ``module(logits [B, K], features [B, d])`` returns ``(confidence [B], log_probs [B, K]
-    or None)``: ``confidence`` in [0, 1] is the recalibrated top-label confidence,
-    differentiable in the module's parameters; ``log_probs`` is the full recalibrated
-    log-probability vector where one is defined (S-MCE needs it), else ``None``. Inputs
-    arrive as float32 tensors on the module's device. It is a ``torch.nn.Module`` (a
-    scheme calls ``.to(device)``, ``.train()``, ``.eval()`` and ``.parameters()``).
-    """
-
-    def __call__(self, logits: torch.Tensor, features: torch.Tensor | None) -> tuple[
-        torch.Tensor, torch.Tensor | None]: ...
-
-
-@runtime_checkable
-class PredictingModule(Protocol):
-    """A :class:`RecalibratorModule` whose prediction may differ from ``argmax(logits)``.
-
-    When ``changes_prediction`` is true, ``predict(logits, features) -> int64 [B]`` is the
-    recalibrated prediction (what the recalibrator's :meth:`Recalibrator.predict` returns)
-    and the confidence is that label's probability; schemes then give the selective loss
-    the correctness of that prediction, recomputed at every step while h trains.
-    """
-
-    changes_prediction: bool
-
-    def predict(self, logits: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor: ...
 
 
 class DifferentiableRecalibrator(Recalibrator):
@@ -866,81 +627,3 @@ KIND_BASES: dict[str, tuple[type, ...]] = {
     "loss": (SelectionLoss, CoverageLoss),
     "scheme": (Scheme,),
 }
-
-
-# --------------------------------------------------------------------------- training engine
-@runtime_checkable
-class StackableModule(Protocol):
-    """A module (g's from :meth:`TrainableSelector.init_module`, h's from
-    :meth:`DifferentiableRecalibrator.module`) whose class has its own hand-stacked
-    implementation for the training engine (:mod:`selbench.training.engine`), used instead of the
-    generic ``torch.func`` one; worth writing only where it is measurably faster.
-
-    ``type(m).stacked(modules)`` receives R replicas, all of that class and of equal shapes,
-    and returns a :class:`StackedSelectorModule` (selectors) or a
-    :class:`StackedRecalibratorModule` (recalibrators) whose parameters start from the
-    replicas' own values. Each replica must end where its own training alone would (to
-    float rounding).
-
-    A selector module class that also sets ``stacks_lanes = True`` accepts
-    ``stacked(modules, lanes=L, split=s)``: the replicas then come in L lanes of equal size
-    that read the same mini-batch (same data and seed: the training β's of a seed), and
-    ``forward`` receives one input per lane, ``x [L, B, d_in]`` (``split`` is a hint for
-    balancing CPU threads that it may ignore).
-
-    Any trainable module (stacked or not) may set ``cuda_graphs = False``: on a GPU the
-    engine then runs its training step eagerly instead of capturing it in a CUDA graph
-    (needed by a ``forward`` that reads values back to the host or changes Python state
-    from step to step; :func:`selbench.training.engine.cuda_graphs_enabled`).
-    """
-
-    @classmethod
-    def stacked(cls, modules: Sequence[Any]) -> Any: ...
-
-
-@runtime_checkable
-class StackedSelectorModule(Protocol):
-    """R selector networks as one: ``forward(x [R, B, d_in]) -> ĝ [R, B]``;
-    :meth:`write_back` copies the trained values into the replicas' own modules."""
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
-
-    def write_back(self, modules: Sequence[Any]) -> None: ...
-
-
-@runtime_checkable
-class StackedRecalibratorModule(Protocol):
-    """R recalibrator modules as one.
-
-    * ``uses_features``: whether ``forward`` reads the features (else they are not passed);
-    * ``prepare(logits [U, n, K], features [U, n, d] | None, labels [U, n] | None)``: the
-      per-example tensors ``{name: [U, n, ...]}`` of the U distinct data copies, computed
-      once before training (the engine gathers each replica's mini-batches from them);
-    * ``forward(batch {name: [R, B, ...]}, features [R, B, d] | None, need_log_prob) ->
-      (confidence [R, B], log-probability of the label [R, B] | None)``;
-    * ``write_back(modules)``: copy the trained values into the replicas' own modules;
-    * when the replicas' prediction can change (their modules are
-      :class:`PredictingModule` s), it is a :class:`StackedPredictingModule` too.
-    """
-
-    uses_features: bool
-
-    def prepare(self, logits: torch.Tensor, features: torch.Tensor | None,
-                labels: torch.Tensor | None) -> dict[str, torch.Tensor]: ...
-
-    def __call__(self, batch: dict[str, torch.Tensor], features: torch.Tensor | None,
-                 need_log_prob: bool) -> tuple[torch.Tensor, torch.Tensor | None]: ...
-
-    def write_back(self, modules: Sequence[Any]) -> None: ...
-
-
-@runtime_checkable
-class StackedPredictingModule(Protocol):
-    """A :class:`StackedRecalibratorModule` whose replicas' prediction can change: when
-    ``changes_prediction`` is true, ``correct(batch) -> [R, B]`` is the correctness (0/1,
-    float) of each replica's current prediction on the batch (``prepare`` then receives
-    the labels); schemes give it to the selective loss at every step."""
-
-    changes_prediction: bool
-
-    def correct(self, batch: dict[str, torch.Tensor]) -> torch.Tensor: ...

@@ -1,7 +1,12 @@
-"""The run: from a resolved spec to written cells. Planning cells and their keys, extracting
-backbone outputs, fitting and evaluating cells (:mod:`~selbench.execution.runner`), where
-they run (:mod:`~selbench.execution.executors`: inline, a local pool, Slurm) and the code
-digests in every key (:mod:`~selbench.execution.codeid`).
+"""The run: from a resolved spec to written cells, in the order a run goes through them.
+Cell keys and provenance (:mod:`~selbench.execution.keys`, with the code digests of
+:mod:`~selbench.execution.codeid`), backbone-output extraction
+(:mod:`~selbench.execution.extraction`), fitting and evaluating cells
+(:mod:`~selbench.execution.cells`, the blame-finding guards of
+:mod:`~selbench.execution.guard`), jobs (:mod:`~selbench.execution.distributed`) and where they
+run (:mod:`~selbench.execution.executors`: inline, a local pool, Slurm), the entry point
+(:mod:`~selbench.execution.runner`: ``selbench run``, :func:`selbench.run`) and the typed
+results it returns (:mod:`~selbench.execution.results_api`).
 
 May import every layer below it: :mod:`selbench.reporting`, :mod:`selbench.library`,
 :mod:`selbench.store`, :mod:`selbench.spec`, :mod:`selbench.measure`,

@@ -132,8 +132,9 @@ class Outcome:
 @dataclass
 class UnitTask:
     """The function every job runs: ``UnitTask(context)(unit)`` computes one unit of work
-    (see :func:`selbench.execution.runner.run_unit`) and returns an :class:`Outcome`; it never raises,
-    so that a failure is reported with its message, not hidden in a pickled exception.
+    (see :func:`selbench.execution.distributed.run_unit`) and returns an :class:`Outcome`; it
+    never raises, so that a failure is reported with its message, not hidden in a pickled
+    exception.
 
     :meth:`checkpoint` makes it requeue-able by submitit: a preempted or timed-out Slurm job
     is resubmitted with the same unit, and the new attempt skips the cells already written.
@@ -145,7 +146,8 @@ class UnitTask:
     setup: dict[str, Any] = field(default_factory=dict)
 
     def __call__(self, unit: Any) -> Outcome:
-        from selbench.execution.runner import RunError, run_unit
+        from selbench.execution.distributed import run_unit
+        from selbench.execution.errors import RunError
 
         _setup_process(self.setup)
         try:
@@ -239,7 +241,8 @@ def _init_local_worker(counter, gpus: list[str], environ: dict[str, str],
 
 
 #: imported once by the forkserver, so that each worker starts without importing them
-_PRELOAD = ["torch", "selbench.execution.runner", "selbench.library.estimator", "selbench.contract.registry"]
+_PRELOAD = ["torch", "selbench.execution.distributed", "selbench.library.estimator",
+            "selbench.contract.registry"]
 
 
 def _pool_context(multiprocessing):

@@ -1,8 +1,10 @@
 """Measurement: every number a cell holds. The metric definitions and their registry
-(:mod:`~selbench.measure.metrics`), the smooth and class-wise calibration errors
+(:mod:`~selbench.measure.metrics`), equal-mass binning and the binned calibration errors
+(:mod:`~selbench.measure.binning`), the smooth and class-wise calibration errors
 (:mod:`~selbench.measure.smooth`), the risk-coverage metrics
 (:mod:`~selbench.measure.riskcoverage`), bootstrap intervals
-(:mod:`~selbench.measure.bootstrap`), statistics over seeds (:mod:`~selbench.measure.stats`)
+(:mod:`~selbench.measure.bootstrap`; a cell re-measured on resamples:
+:mod:`~selbench.measure.resampled`), statistics over seeds (:mod:`~selbench.measure.stats`)
 and how a cell is evaluated (:mod:`~selbench.measure.evaluate`).
 
 The source of these modules is part of every cell's key (:func:`selbench.execution.codeid.core_digest`).

@@ -26,6 +26,20 @@ produced the paper's numbers:
   takes ``|mean confidence - accuracy|``;
 * with fewer than ``m`` examples the library uses ``N`` bins.
 
+:func:`ece` weights bins by their share of the data and takes an absolute difference, where
+the formula printed in the paper's Appendix A weights bins by ``1/|B|`` and assumes exactly
+equal-mass bins. Inputs are converted to float64; the library computes float32 inputs in
+float32, which differs from :func:`ece` by float32 rounding (about 1e-7).
+
+**Debiased estimators** (``ece(..., debias=True)``, the library's; in
+:mod:`selbench.measure.binning`). For ``p == 2``, ``unbiased_l2_ce`` (deterministic): the
+squared bin error minus the binomial variance ``acc(1 - acc)/(|B_b| - 1)`` of each bin's
+accuracy (bins with fewer than 2 examples count 0), weighted, clipped at 0, square-rooted.
+For other ``p``, ``normal_debiased_ce``, which is *random*: twice the plug-in minus the mean
+of 1000 plug-ins whose bin accuracies are redrawn from
+``Normal(acc_b, sqrt(acc_b (1 - acc_b) / |B_b|))``; it needs every bin to hold at least 2
+examples (ValueError otherwise).
+
 **Selection (exact coverage).** One rule, used by every part of selbench that turns selector
 scores into decisions (:func:`accept_mask`, :func:`selective_metrics`, the plots, the
 ``recalibration`` scheme's ``fit_on: accepted``): at coverage ``beta`` over ``n`` scores exactly
@@ -65,7 +79,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from selbench.measure.bootstrap import bootstrap_ci  # imports this module lazily: no cycle
+from selbench.measure.binning import (
+    BUCKETED_MIN_N,
+    bin_stats,
+    bin_stats_bucketed,
+    ece_from_stats,
+    plugin_ce,
+)
 from selbench.measure.riskcoverage import (
     augrc,
     aurc,
@@ -100,7 +120,6 @@ __all__ = [
     "auc",
     "aurc",
     "augrc",
-    "bootstrap_ci",
     "brier",
     "classwise_ece",
     "coverage_at_risk",
@@ -122,9 +141,6 @@ __all__ = [
 #: the AUC: 0.5, 0.55, ..., 1.0 (11 values, rounded to 2 decimals). Read-only.
 DEFAULT_BETAS: np.ndarray = np.round(np.linspace(0.5, 1.0, 11), 2)
 DEFAULT_BETAS.flags.writeable = False
-
-#: Number of normal resamples used by the debiased ECE for p != 2 (the library's default).
-_RESAMPLES = 1000
 
 
 class MetricInfo(NamedTuple):
@@ -199,161 +215,7 @@ def unknown_metric(key: Any) -> str:
     return f"unknown metric {key!r}{hint} (registered: {', '.join(METRICS)})"
 
 
-# --------------------------------------------------------------------------- binning
-def _part_starts(n: int, n_bins: int) -> np.ndarray:
-    """Index of the first value of parts ``1 .. m-1`` when ``n >= 1`` sorted values are split
-    into ``m = min(n_bins, n)`` parts as ``np.array_split`` does (the first ``n mod m`` parts
-    hold one value more)."""
-    parts = min(n_bins, n)
-    size, extra = divmod(n, parts)
-    return np.arange(1, parts) * size + np.minimum(np.arange(1, parts), extra)
-
-
-def _equal_mass_edges(sorted_conf: np.ndarray, n_bins: int) -> np.ndarray:
-    """Upper bin edges of ``calibration.get_equal_bins`` for ascending confidences (N >= 1).
-
-    The sorted values are split like ``np.array_split`` into ``min(n_bins, N)`` parts (the
-    first ``N % parts`` parts hold one extra value); each edge is the midpoint between the
-    last value of a part and the first value of the next; 1.0 closes the last bin; equal
-    edges (from ties across a part boundary) are merged.
-    """
-    starts = _part_starts(sorted_conf.shape[0], n_bins)
-    mids = (sorted_conf[starts - 1] + sorted_conf[starts]) / 2.0
-    return np.unique(np.append(mids, 1.0))
-
-
-def bin_stats(
-    sorted_conf: np.ndarray, sorted_correct: np.ndarray, n_bins: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Bin sizes, mean confidence and accuracy per equal-mass bin (N >= 1, conf ascending).
-
-    A value ``v`` goes to bin ``searchsorted(edges, v, side="left")``, i.e. bin ``b`` holds
-    ``edges[b-1] < v <= edges[b]``; as the values are sorted, each bin is a contiguous run.
-    Empty bins have mean 0 (they get weight 0).
-    """
-    edges = _equal_mass_edges(sorted_conf, n_bins)
-    ends = np.searchsorted(sorted_conf, edges, side="right")
-    counts = np.diff(ends, prepend=0)
-    nonempty = counts > 0
-    starts = (ends - counts)[nonempty]
-    conf_mean = np.zeros(counts.shape[0])
-    acc_mean = np.zeros(counts.shape[0])
-    conf_mean[nonempty] = np.add.reduceat(sorted_conf, starts) / counts[nonempty]
-    acc_mean[nonempty] = np.add.reduceat(sorted_correct, starts) / counts[nonempty]
-    return counts, conf_mean, acc_mean
-
-
-#: Value buckets of :func:`bin_stats_bucketed`: ``floor(confidence * 2**16)``, exact in binary
-#: floating point, so bucket ``j`` holds exactly the values in ``[j / 2**16, (j + 1) / 2**16)``
-#: (and bucket ``2**16`` the values equal to 1.0).
-_BUCKETS = 1 << 16
-#: From this many examples on, :func:`ece` bins through value buckets instead of sorting
-#: (same bins; the buckets cost a fixed ~4 ms, a sort of 2**16 values about as much).
-BUCKETED_MIN_N = 1 << 16
-
-
-def bin_stats_bucketed(
-    conf: np.ndarray, corr: np.ndarray, n_bins: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`bin_stats` without sorting, through a histogram of value buckets (same bins).
-
-    1. Bucket every confidence by ``floor(confidence * 2**16)`` and accumulate count, sum of
-       confidences and sum of correctness per bucket (three ``bincount``s).
-    2. The order statistics that define the bin edges (ranks ``starts - 1`` and ``starts``)
-       lie in buckets found from the cumulative counts; only the values in those few
-       buckets are gathered and partitioned to get the exact order statistics.
-    3. An edge lies between two consecutive order statistics, so it falls in one of those
-       selected buckets or in an empty one: every other bucket lies inside a single bin and
-       contributes its totals at once; the values of the selected buckets are placed one by
-       one with ``searchsorted``.
-
-    Exact for any input (heavily tied or concentrated confidences only make the gathered
-    set larger); the per-bin sums are added in a different order than the library's, which
-    changes the result by float64 rounding only.
-    """
-    starts = _part_starts(conf.shape[0], n_bins)
-    nb = _BUCKETS + 1
-    bucket = (conf * _BUCKETS).astype(np.intp)  # conf >= 0: truncation is floor
-    count_b = np.bincount(bucket, minlength=nb)
-    conf_b = np.bincount(bucket, weights=conf, minlength=nb)
-    corr_b = np.bincount(bucket, weights=corr, minlength=nb)
-    selected = np.zeros(nb, dtype=bool)
-    if starts.size:
-        ranks = np.unique(np.concatenate([starts - 1, starts]))
-        cum = np.cumsum(count_b)
-        rank_bucket = np.searchsorted(cum, ranks, side="right")
-        selected[rank_bucket] = True
-        sel_counts = np.where(selected, count_b, 0)
-        # rank within the gathered values = rank - values in unselected buckets below
-        unselected_below = (cum - count_b) - (np.cumsum(sel_counts) - sel_counts)
-        local = ranks - unselected_below[rank_bucket]
-        take = selected[bucket]
-        cand_conf, cand_corr = conf[take], corr[take]
-        stats = np.partition(cand_conf, local)[local]
-        lo = stats[np.searchsorted(ranks, starts - 1)]
-        hi = stats[np.searchsorted(ranks, starts)]
-        mids = (lo + hi) / 2.0
-    else:
-        cand_conf = cand_corr = np.empty(0)
-        mids = np.empty(0)
-    edges = np.unique(np.append(mids, 1.0))
-    m = edges.shape[0]
-    unselected = ~selected
-    bucket_bin = np.searchsorted(edges, np.arange(nb)[unselected] / _BUCKETS, side="left")
-    cand_bin = np.searchsorted(edges, cand_conf, side="left")
-    counts = np.bincount(bucket_bin, weights=count_b[unselected], minlength=m).astype(np.int64)
-    counts += np.bincount(cand_bin, minlength=m)
-    conf_sum = np.bincount(bucket_bin, weights=conf_b[unselected], minlength=m)
-    conf_sum += np.bincount(cand_bin, weights=cand_conf, minlength=m)
-    corr_sum = np.bincount(bucket_bin, weights=corr_b[unselected], minlength=m)
-    corr_sum += np.bincount(cand_bin, weights=cand_corr, minlength=m)
-    nonempty = counts > 0
-    conf_mean = np.zeros(m)
-    acc_mean = np.zeros(m)
-    conf_mean[nonempty] = conf_sum[nonempty] / counts[nonempty]
-    acc_mean[nonempty] = corr_sum[nonempty] / counts[nonempty]
-    return counts, conf_mean, acc_mean
-
-
-def plugin_ce(counts: np.ndarray, conf_mean: np.ndarray, acc_mean: np.ndarray, p: float) -> float:
-    """``calibration.plugin_ce``: (sum_b |B_b|/N * |conf_b - acc_b|^p)^(1/p)."""
-    weights = counts / counts.sum()
-    errors = np.where(counts > 0, np.abs(conf_mean - acc_mean) ** p, 0.0)
-    return float(np.dot(weights, errors) ** (1.0 / p))
-
-
-def _unbiased_l2_ce(counts: np.ndarray, conf_mean: np.ndarray, acc_mean: np.ndarray) -> float:
-    """``calibration.unbiased_l2_ce``: the plug-in squared error per bin minus the variance of
-    its accuracy, ``acc_b (1 - acc_b) / (|B_b| - 1)`` (bins with fewer than 2 examples count
-    0), weighted by ``|B_b|/N``, clipped at 0, square-rooted."""
-    weights = counts / counts.sum()
-    big = counts >= 2
-    denom = np.where(big, counts - 1.0, 1.0)
-    errors = np.where(
-        big, np.abs(conf_mean - acc_mean) ** 2 - acc_mean * (1.0 - acc_mean) / denom, 0.0
-    )
-    return float(max(float(np.dot(weights, errors)), 0.0) ** 0.5)
-
-
-def _normal_debiased_ce(
-    counts: np.ndarray, conf_mean: np.ndarray, acc_mean: np.ndarray, p: float, rng: Any
-) -> float:
-    """``calibration.normal_debiased_ce``: 2 * plug-in - mean over resamples of the plug-in
-    with each bin's accuracy redrawn from Normal(acc_b, sqrt(acc_b (1 - acc_b) / |B_b|))."""
-    if counts.min() <= 1:
-        raise ValueError(
-            "the debiased ECE for p != 2 needs at least 2 examples in every bin "
-            f"(smallest bin: {int(counts.min())}); use fewer bins, more data or debias=False"
-        )
-    gen = rng if isinstance(rng, np.random.RandomState) else np.random.default_rng(rng)
-    weights = counts / counts.sum()
-    std = np.sqrt(acc_mean * (1.0 - acc_mean) / counts)
-    plugin = plugin_ce(counts, conf_mean, acc_mean, p)
-    samples = gen.normal(loc=acc_mean, scale=std, size=(_RESAMPLES, counts.shape[0]))
-    resampled = np.power(np.abs(samples - conf_mean) ** p @ weights, 1.0 / p)
-    return float(2.0 * plugin - np.mean(resampled))
-
-
+# --------------------------------------------------------------------------- public metrics
 def _ece_from_sorted(
     sorted_conf: np.ndarray,
     sorted_correct: np.ndarray,
@@ -367,18 +229,6 @@ def _ece_from_sorted(
     return ece_from_stats(*bin_stats(sorted_conf, sorted_correct, n_bins), p, debias, rng)
 
 
-def ece_from_stats(
-    counts: np.ndarray, conf_mean: np.ndarray, acc_mean: np.ndarray, p: float, debias: bool,
-    rng: Any,
-) -> float:
-    if not debias:
-        return plugin_ce(counts, conf_mean, acc_mean, p)
-    if p == 2:
-        return _unbiased_l2_ce(counts, conf_mean, acc_mean)
-    return _normal_debiased_ce(counts, conf_mean, acc_mean, p, rng)
-
-
-# --------------------------------------------------------------------------- public metrics
 def ece(
     confidence: Any,
     correct: Any,
@@ -406,25 +256,17 @@ def ece(
     4. ``ECE_p = (sum_b |B_b|/N * |mean confidence in B_b - accuracy in B_b|^p)^(1/p)``,
        empty bins contributing 0.
 
-    This weights bins by their share of the data and takes an absolute difference, where the
-    formula printed in the paper's Appendix A weights bins by ``1/|B|`` and assumes exactly
-    equal-mass bins; we follow the library, which produced the paper's numbers (see the module
-    docstring). Inputs are converted to float64; the library computes float32 inputs in
-    float32, which differs from this function by float32 rounding (about 1e-7).
+    Where the formula printed in the paper's Appendix A differs we follow the library, which
+    produced the paper's numbers; inputs are converted to float64 (see the module docstring).
 
     Args:
         confidence: top-label confidence ``[N]`` in [0, 1].
         correct: whether the top-label prediction is right, 0/1 or boolean ``[N]``.
         p: the exponent, >= 1 (1 for ECE_1, 2 for ECE_2).
         n_bins: number of equal-mass bins before tie merging (the paper: 15).
-        debias: use the library's debiased estimators instead of the plug-in. For ``p == 2``
-            that is ``unbiased_l2_ce`` (deterministic): the squared bin error minus the
-            binomial variance ``acc(1 - acc)/(|B_b| - 1)`` of each bin's accuracy (bins with
-            fewer than 2 examples count 0), weighted, clipped at 0, square-rooted. For other
-            ``p`` it is ``normal_debiased_ce``, which is *random*: twice the plug-in minus the
-            mean of 1000 plug-ins whose bin accuracies are redrawn from
-            ``Normal(acc_b, sqrt(acc_b (1 - acc_b) / |B_b|))``; it needs every bin to hold at
-            least 2 examples (ValueError otherwise).
+        debias: use the library's debiased estimators instead of the plug-in:
+            ``unbiased_l2_ce`` for ``p == 2``, otherwise the *random* ``normal_debiased_ce``,
+            which needs at least 2 examples in every bin (see the module docstring).
         rng: randomness for ``debias=True`` with ``p != 2`` only: a ``numpy.random.Generator``,
             a seed, or ``None`` (fresh entropy: results then vary between calls). A legacy
             ``numpy.random.RandomState`` is used as is, which reproduces the library's draws
@@ -552,9 +394,9 @@ def _accuracy(corr: np.ndarray) -> float:
 
 # --------------------------------------------------------------------------- selection
 #: Second entry of the seed of the tie-breaking permutation of :func:`selection_order`,
-#: ``np.random.default_rng([seed, _TIE_BREAK_STREAM])`` (a stream of its own: it does not
+#: ``np.random.default_rng([seed, TIE_BREAK_STREAM])`` (a stream of its own: it does not
 #: coincide with the runner's or a plugin's use of the same seed).
-_TIE_BREAK_STREAM = 0x71E5
+TIE_BREAK_STREAM = 0x71E5
 #: Precision to which a coverage level ``beta`` is read by :func:`accepted_counts`: ``k`` is
 #: the smallest integer with ``k >= n * (beta - _BETA_TOL)``, so floating-point noise in
 #: ``beta`` (about 1e-16) never adds an example.
@@ -563,15 +405,16 @@ _BETA_TOL = 1e-12
 
 def _order(sc: np.ndarray, seed: int) -> np.ndarray:
     """:func:`selection_order` on validated scores."""
-    pi = np.random.default_rng([seed, _TIE_BREAK_STREAM]).permutation(sc.shape[0])
+    pi = np.random.default_rng([seed, TIE_BREAK_STREAM]).permutation(sc.shape[0])
     # a stable sort of the scores in the order pi: equal scores keep their order in pi
     return pi[np.argsort(-sc[pi], kind="stable")].astype(np.int64, copy=False)
 
 
-def _counts(
+def count_accepted(
     n: int, b: np.ndarray, delta: Any, stacklevel: int
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """:func:`accepted_counts` on a validated ``n`` and ``betas``."""
+    """:func:`accepted_counts` on a validated ``n`` and ``betas``; an infeasible guarantee's
+    warning points ``stacklevel`` frames above the caller."""
     if delta is None:
         k = np.ceil(n * (b - _BETA_TOL)).astype(np.int64)
         return np.clip(k, 1, n), None
@@ -645,7 +488,7 @@ def accepted_counts(
         ``(k, guaranteed)``: int64 counts over ``betas``, and with ``delta`` the float64
         guaranteed coverage ``k / n - eps`` (else ``None``).
     """
-    return _counts(check_n(n), check_betas(betas), delta, stacklevel=2)
+    return count_accepted(check_n(n), check_betas(betas), delta, stacklevel=2)
 
 
 def accept_mask(
@@ -670,7 +513,7 @@ def accept_mask(
     b = check_betas([beta])
     seed = check_seed(seed)
     n = check_n(sc.shape[0])
-    k, _ = _counts(n, b, delta, stacklevel=2)
+    k, _ = count_accepted(n, b, delta, stacklevel=2)
     mask = np.zeros(n, dtype=bool)
     mask[_order(sc, seed)[: int(k[0])]] = True
     return mask
@@ -704,7 +547,7 @@ def thresholds(
     b = check_betas(betas)
     check_seed(seed)
     n = check_n(sc.shape[0])
-    k, guaranteed = _counts(n, b, delta, stacklevel=2)
+    k, guaranteed = count_accepted(n, b, delta, stacklevel=2)
     return np.sort(sc)[n - k], guaranteed
 
 
@@ -724,11 +567,9 @@ def selective_metrics(
     For each ``beta`` exactly ``k`` examples are accepted (:func:`accepted_counts`, ``delta``
     passed on): the first ``k`` of :func:`selection_order` with ``seed``, i.e. the mask
     :func:`accept_mask` gives. On them we compute :func:`ece` with ``p=1`` and ``p=2``
-    (plug-in, ``n_bins`` bins), :func:`brier` and :func:`accuracy`. The result is identical, to
-    the last bit, to masking with :func:`accept_mask` and calling those functions once per
-    ``beta``, but computes the selection order once and sorts the confidences once for all
-    betas: the accepted examples in confidence order are a boolean mask over the pre-sorted
-    confidences.
+    (plug-in, ``n_bins`` bins), :func:`brier` and :func:`accuracy`, identical to the last bit
+    to masking with :func:`accept_mask` and calling those once per ``beta``, but with one
+    selection order and one sort of the confidences for all betas.
 
     Args:
         scores: selector scores ``[N]`` (higher = accept first), finite.
@@ -755,14 +596,34 @@ def selective_metrics(
     b = check_betas(betas)
     seed = check_seed(seed)
     n = check_n(conf.shape[0])
-    k, guaranteed = _counts(n, b, delta, stacklevel=2)
+    k, guaranteed = count_accepted(n, b, delta, stacklevel=2)
     order = _order(sc, seed)
+    out = _metrics_at_counts(conf, corr, order, k, n_bins, extra)
+    out["threshold"] = sc[order[k - 1]]
+    if guaranteed is not None:
+        out["guaranteed_coverage"] = guaranteed
+    return out
+
+
+def _metrics_at_counts(
+    conf: np.ndarray, corr: np.ndarray, order: np.ndarray, k: np.ndarray, n_bins: int,
+    extra: Mapping[str, Callable[[np.ndarray, np.ndarray], float]] | None,
+) -> dict[str, np.ndarray]:
+    """The metrics of :func:`selective_metrics` (all but ``threshold`` and
+    ``guaranteed_coverage``) on the first ``k[j]`` examples of ``order``, for each ``j``.
+
+    The result is identical, to the last bit, to masking with :func:`accept_mask` and
+    calling :func:`ece`, :func:`brier` and :func:`accuracy` once per ``beta``, but sorts the
+    confidences once for all betas: the accepted examples in confidence order are a boolean
+    mask over the pre-sorted confidences.
+    """
+    n = conf.shape[0]
     rank = np.empty(n, dtype=np.int64)  # rank[i]: position of example i in the order
     rank[order] = np.arange(n)
     by_conf = np.argsort(conf, kind="stable")
     conf_sorted, corr_sorted = conf[by_conf], corr[by_conf]
     rank_sorted = rank[by_conf]  # ranks in confidence order: masks come out sorted
-    out = {key: np.empty(b.shape[0]) for key in ("ece1", "ece2", "brier", "accuracy", "coverage")}
+    out = {key: np.empty(k.shape[0]) for key in ("ece1", "ece2", "brier", "accuracy", "coverage")}
     for j, kj in enumerate(k):
         accept = rank < kj
         accept_sorted = rank_sorted < kj
@@ -777,10 +638,7 @@ def selective_metrics(
         if extra:
             c_acc, y_acc = conf_sorted[accept_sorted], corr_sorted[accept_sorted]
             for key, fn in extra.items():
-                out.setdefault(key, np.empty(b.shape[0]))[j] = fn(c_acc, y_acc)
-    out["threshold"] = sc[order[k - 1]]
-    if guaranteed is not None:
-        out["guaranteed_coverage"] = guaranteed
+                out.setdefault(key, np.empty(k.shape[0]))[j] = fn(c_acc, y_acc)
     return out
 
 

@@ -16,15 +16,68 @@ of the predictions, of the absolute kernel-smoothed residual). The paper's smECE
 bandwidth ``s*`` at which ``smECE_s = s`` (the smoothing scale equals the error it measures).
 :func:`smece` computes exactly what the reference implementation ``relplot`` 1.0.3
 (``relplot.smECE`` / ``relplot.smECE_sigma``) computes, which is a particular discretisation
-of that definition; its steps are spelled out in :func:`smece`. Some of them change the value
-(a guard constant 1e-4 in the denominator, confidences exactly 0 or 1 counted at half weight,
-the bandwidth rounded up to a multiple of 1/1024): they are reproduced, not idealised.
+of that definition; its steps are spelled out in :func:`smece` and below. Some of them change
+the value (a guard constant 1e-4 in the denominator, confidences exactly 0 or 1 counted at half
+weight, the bandwidth rounded up to a multiple of 1/1024): they are reproduced, not idealised.
+
+Points of relplot's discretisation that one would not guess from the paper: the constant
+``1e-4``, relplot's guard against division by zero, is not scaled with ``N``, so it
+lowers smECE by a relative ``1e-4 / mean_t D(t)`` (``mean D`` is about ``N`` for
+moderate ``s``): about 5e-4 relative at N = 1 (``smece([0.], [1])`` is 0.99948, not 1).
+The kernel is truncated at +-1/2 and reflected only once at each end, so for large ``s``
+(the search starts at ``s = 1``) much of its mass is simply lost; the sampled kernel is
+not normalised on the grid (that cancels in the ratio, except against the ``1e-4``).
+
+Ties need no special handling (tied examples add their weights to the same grid
+points). Confidence exactly 0 puts all its weight on the first grid point, exactly 1 on
+the last. The reflection does not repeat the end grid points, so an example *exactly* at
+0 or 1 gets no mirror image: its kernel mass inside [0, 1] is 1/2, where an interior
+example's (reflected) kernel has mass 1, and an example within one grid step (1/1000 for
+``s >= 0.01``) of 0 or 1 gets between 1/2 and 1. So relplot's smECE counts saturated
+confidences at about half weight, in the residual and in the density alike (a continuous
+reflected kernel would count them fully). This is not a corner case for float32 softmax
+outputs: 2,469 of the 10,000 top-label confidences of the CIFAR-10 WideResNet in
+``../shared/data`` are exactly 1.0. :func:`smece` reproduces relplot here too.
+Inputs are converted to float64 (relplot computes float32 inputs partly in float32, which
+differs by about 1e-7).
+
+Speed of :func:`smece`: the grid masses are computed once per grid size and reused across
+the bandwidth search, the convolutions are done by FFT, and each bandwidth is evaluated once
+(relplot evaluates the chosen one twice): about 10 times faster than relplot at N = 1e6
+(51 ms vs 505 ms) and 5 to 10 times at N = 3,000 (about 1.5 ms a call), on 2 busy CPU cores
+(``perf/peers_smooth.py``).
 
 **Class-wise ECE** (Kull et al., "Beyond temperature scaling: Obtaining well-calibrated
 multi-class probabilities with Dirichlet calibration", NeurIPS 2019): the calibration error of
 each class's probability ``p_k`` against ``1[y = k]``, averaged over the classes; with
 equal-mass bins it is the ``mode="marginal"`` calibration error of the ``uncertainty-calibration``
-package (Kumar et al. 2019), see :func:`classwise_ece`.
+package (Kumar et al. 2019), see :func:`classwise_ece`. Its ``binning="equal-mass"`` value
+is also what ``calibration.get_calibration_error(probabilities, labels, p=p, debias=debias,
+mode="marginal")`` returns for continuous outputs — but note that ``get_calibration_error``
+switches to ``get_binning_ce`` (one bin per distinct value) when *every* class column has
+fewer than ``N/4`` distinct values (outputs of a binning method), and that its defaults are
+``p=2, debias=True``.
+
+``binning="equal-width"``: ``n_bins`` bins of width ``1/n_bins`` on [0, 1] per class, as
+Kull et al. describe; bin ``b`` holds ``b/n_bins < p_k <= (b+1)/n_bins`` (0 in the first
+bin), the library's ``get_equal_prob_bins`` convention, so this equals
+``lower_bound_scaling_ce(..., binning_scheme=calibration.get_equal_prob_bins,
+mode="marginal")``. torchmetrics-style implementations (torch-uncertainty's
+``ClasswiseCalibrationError``) close bins on the left, ``[b/n, (b+1)/n)`` with 1.0 in a
+bin of its own, which differs only for probabilities exactly on an edge; for
+``norm="l2"`` they also average the per-class ECE_2 instead of taking the root of the
+mean square.
+
+``debias=True``: the library's debiased per-class estimators (see
+:func:`selbench.measure.metrics.ece`): for ``p = 2`` ``unbiased_l2_ce`` (each class's squared
+error clipped at 0 before averaging), otherwise ``normal_debiased_ce``, random, needing
+at least 2 examples in every bin of every class (with equal-width bins, empty bins make
+it fail).
+
+Speed of :func:`classwise_ece`: one batched sort of the ``K`` columns (or, from
+``N = 2**16``, the sort-free binning of :func:`selbench.measure.metrics.ece`) and the
+library's estimators vectorised: at ``K = 100`` about 30 times the library at ``N = 10,000``
+(57 ms vs 1.6 s) and 50 times at ``N = 100,000`` (0.4 s vs 21 s) (``perf/peers_smooth.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +88,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import scipy.fft
 
+from selbench.measure.binning import BUCKETED_MIN_N, bin_stats, bin_stats_bucketed, ece_from_stats
 from selbench.measure.validation import check_confidence, check_correct, check_n_bins, check_p
 
 __all__ = ["SmoothReliability", "classwise_ece", "smece", "smooth_reliability"]
@@ -271,14 +325,6 @@ def smece(confidence: Any, correct: Any, *, sigma: float | None = None) -> float
        ``smECE_s = sum_t |R(t)| / sum_t (D(t) + 1e-4)`` (relplot writes the numerator as
        ``|R / (D + 1e-4)| * (D + 1e-4)``).
 
-    Points of relplot's discretisation that one would not guess from the paper: the constant
-    ``1e-4``, relplot's guard against division by zero, is not scaled with ``N``, so it
-    lowers smECE by a relative ``1e-4 / mean_t D(t)`` (``mean D`` is about ``N`` for
-    moderate ``s``): about 5e-4 relative at N = 1 (``smece([0.], [1])`` is 0.99948, not 1).
-    The kernel is truncated at +-1/2 and reflected only once at each end, so for large ``s``
-    (the search starts at ``s = 1``) much of its mass is simply lost; the sampled kernel is
-    not normalised on the grid (that cancels in the ratio, except against the ``1e-4``).
-
     Bandwidth (``sigma=None``): relplot's search for the fixed point ``s = smECE_s``. With
     ``below(s) = (s < 1e-3 or s < smECE_s)``: ``s = 1`` if ``below(1)``; otherwise a 10-step
     bisection of [0, 1] that keeps ``below`` true at its lower end and false at its upper
@@ -287,24 +333,9 @@ def smece(confidence: Any, correct: Any, *, sigma: float | None = None) -> float
     below, it stays 1). smECE is ``smECE_s`` at that ``s``; where ``smECE_s`` decreases in
     ``s`` this brackets the fixed point from above within 1/1024.
 
-    Ties need no special handling (tied examples add their weights to the same grid
-    points). Confidence exactly 0 puts all its weight on the first grid point, exactly 1 on
-    the last. The reflection does not repeat the end grid points, so an example *exactly* at
-    0 or 1 gets no mirror image: its kernel mass inside [0, 1] is 1/2, where an interior
-    example's (reflected) kernel has mass 1, and an example within one grid step (1/1000 for
-    ``s >= 0.01``) of 0 or 1 gets between 1/2 and 1. So relplot's smECE counts saturated
-    confidences at about half weight, in the residual and in the density alike (a continuous
-    reflected kernel would count them fully). This is not a corner case for float32 softmax
-    outputs: 2,469 of the 10,000 top-label confidences of the CIFAR-10 WideResNet in
-    ``../shared/data`` are exactly 1.0. :func:`smece` reproduces relplot here too.
-    Inputs are converted to float64 (relplot computes float32 inputs partly in float32, which
-    differs by about 1e-7).
-
-    Speed: the grid masses are computed once per grid size and reused across the bandwidth
-    search, the convolutions are done by FFT, and each bandwidth is evaluated once (relplot
-    evaluates the chosen one twice): about 10 times faster than relplot at N = 1e6 (51 ms vs
-    505 ms) and 5 to 10 times at N = 3,000 (about 1.5 ms a call), on 2 busy CPU cores
-    (``perf/peers_smooth.py``).
+    What relplot's discretisation does that one would not guess from the paper (the unscaled
+    constant ``1e-4``, the truncated kernel, confidences exactly 0 or 1 counted at half
+    weight), ties, float32 inputs and the speed: see the module docstring.
 
     Args:
         confidence: predictions ``f`` ``[N]`` in [0, 1] (for top-label calibration: the
@@ -461,14 +492,8 @@ def _equal_width_stats(
 
 
 def classwise_ece(
-    probabilities: Any,
-    labels: Any,
-    *,
-    p: float = 1,
-    n_bins: int = 15,
-    binning: str = "equal-mass",
-    debias: bool = False,
-    rng: Any = None,
+    probabilities: Any, labels: Any, *, p: float = 1, n_bins: int = 15,
+    binning: str = "equal-mass", debias: bool = False, rng: Any = None,
 ) -> float:
     """Class-wise (marginal) expected calibration error of Kull et al. (NeurIPS 2019).
 
@@ -485,33 +510,12 @@ def classwise_ece(
     ``uncertainty-calibration`` package 0.1.4 (tested to 1e-12 on float64 inputs): every
     class has its own equal-mass bins, made from its ``N`` probabilities exactly as
     :func:`selbench.measure.metrics.ece` makes them from the confidences (parts as
-    ``np.array_split``, edges at midpoints, ties merged, ``min(n_bins, N)`` parts). That is
-    also what ``calibration.get_calibration_error(probabilities, labels, p=p, debias=debias,
-    mode="marginal")`` returns for continuous outputs — but note that ``get_calibration_error``
-    switches to ``get_binning_ce`` (one bin per distinct value) when *every* class column
-    has fewer than ``N/4`` distinct values (outputs of a binning method), and that its
-    defaults are ``p=2, debias=True``.
-
+    ``np.array_split``, edges at midpoints, ties merged, ``min(n_bins, N)`` parts).
     ``binning="equal-width"``: ``n_bins`` bins of width ``1/n_bins`` on [0, 1] per class, as
     Kull et al. describe; bin ``b`` holds ``b/n_bins < p_k <= (b+1)/n_bins`` (0 in the first
-    bin), the library's ``get_equal_prob_bins`` convention, so this equals
-    ``lower_bound_scaling_ce(..., binning_scheme=calibration.get_equal_prob_bins,
-    mode="marginal")``. torchmetrics-style implementations (torch-uncertainty's
-    ``ClasswiseCalibrationError``) close bins on the left, ``[b/n, (b+1)/n)`` with 1.0 in a
-    bin of its own, which differs only for probabilities exactly on an edge; for
-    ``norm="l2"`` they also average the per-class ECE_2 instead of taking the root of the
-    mean square.
-
-    ``debias=True``: the library's debiased per-class estimators (see
-    :func:`selbench.measure.metrics.ece`): for ``p = 2`` ``unbiased_l2_ce`` (each class's squared
-    error clipped at 0 before averaging), otherwise ``normal_debiased_ce``, random, needing
-    at least 2 examples in every bin of every class (with equal-width bins, empty bins make
-    it fail).
-
-    Speed: one batched sort of the ``K`` columns (or, from ``N = 2**16``, the sort-free
-    binning of :func:`selbench.measure.metrics.ece`) and the library's estimators vectorised: at
-    ``K = 100`` about 30 times the library at ``N = 10,000`` (57 ms vs 1.6 s) and 50 times at
-    ``N = 100,000`` (0.4 s vs 21 s) (``perf/peers_smooth.py``).
+    bin), the library's ``get_equal_prob_bins`` convention. How both relate to the library's
+    ``get_calibration_error`` and to torchmetrics-style implementations, ``debias``, and the
+    speed: see the module docstring.
 
     Args:
         probabilities: ``[N, K]``, finite, in [0, 1], rows summing to 1 within 1e-6.
@@ -533,13 +537,6 @@ def classwise_ece(
             ``n_bins < 1``, unknown ``binning``; with ``debias`` and ``p != 2``, a bin with
             fewer than 2 examples.
     """
-    from selbench.measure.metrics import (  # lazy: selbench.measure.metrics imports this module
-        BUCKETED_MIN_N,
-        bin_stats,
-        bin_stats_bucketed,
-        ece_from_stats,
-    )
-
     p = check_p(p)
     n_bins = check_n_bins(n_bins)
     if binning not in ("equal-mass", "equal-width"):
@@ -550,27 +547,52 @@ def classwise_ece(
     if n == 0:
         return float("nan")
     debias = bool(debias)
+    gen = _class_generator(rng, debias, p)
+    per_class = _equal_width_ces if binning == "equal-width" else _equal_mass_ces
+    ces = per_class(pr, lab, p, n_bins, debias, gen)
+    return float(np.mean(ces**p) ** (1.0 / p))
+
+
+def _class_generator(rng: Any, debias: bool, p: float) -> Any:
+    """The randomness of :func:`classwise_ece`: a legacy ``RandomState`` as is, a fresh
+    generator from ``rng`` when the debiased ECE draws (``p != 2``), else ``None``."""
     # one generator for all classes (a seed would otherwise restart it for every class)
     gen = rng if isinstance(rng, np.random.RandomState) else None
     if debias and p != 2 and gen is None:
         gen = np.random.default_rng(rng)
+    return gen
+
+
+def _equal_width_ces(
+    pr: np.ndarray, lab: np.ndarray, p: float, n_bins: int, debias: bool, gen: Any
+) -> np.ndarray:
+    """The calibration error of every class ``[K]`` with equal-width bins."""
+    k = pr.shape[1]
     ces = np.empty(k)
-    if binning == "equal-width":
-        counts, conf_mean, acc_mean = _equal_width_stats(pr, lab, n_bins)
+    counts, conf_mean, acc_mean = _equal_width_stats(pr, lab, n_bins)
+    for c in range(k):
+        ces[c] = ece_from_stats(counts[c], conf_mean[c], acc_mean[c], p, debias, gen)
+    return ces
+
+
+def _equal_mass_ces(
+    pr: np.ndarray, lab: np.ndarray, p: float, n_bins: int, debias: bool, gen: Any
+) -> np.ndarray:
+    """The calibration error of every class ``[K]`` with its own equal-mass bins: one
+    batched sort of the columns or, from ``BUCKETED_MIN_N`` examples, the sort-free binning."""
+    n, k = pr.shape
+    ces = np.empty(k)
+    cols = np.ascontiguousarray(pr.T)
+    if n >= BUCKETED_MIN_N:  # linear time per class, as selbench.measure.metrics.ece
         for c in range(k):
-            ces[c] = ece_from_stats(counts[c], conf_mean[c], acc_mean[c], p, debias, gen)
+            hit = (lab == c).astype(np.float64)
+            ces[c] = ece_from_stats(*bin_stats_bucketed(cols[c], hit, n_bins), p,
+                                     debias, gen)
     else:
-        cols = np.ascontiguousarray(pr.T)
-        if n >= BUCKETED_MIN_N:  # linear time per class, as selbench.measure.metrics.ece
-            for c in range(k):
-                hit = (lab == c).astype(np.float64)
-                ces[c] = ece_from_stats(*bin_stats_bucketed(cols[c], hit, n_bins), p,
-                                         debias, gen)
-        else:
-            order = np.argsort(cols, axis=1)
-            sorted_cols = np.take_along_axis(cols, order, axis=1)
-            sorted_hits = (lab[order] == np.arange(k)[:, None]).astype(np.float64)
-            for c in range(k):
-                ces[c] = ece_from_stats(*bin_stats(sorted_cols[c], sorted_hits[c], n_bins),
-                                         p, debias, gen)
-    return float(np.mean(ces**p) ** (1.0 / p))
+        order = np.argsort(cols, axis=1)
+        sorted_cols = np.take_along_axis(cols, order, axis=1)
+        sorted_hits = (lab[order] == np.arange(k)[:, None]).astype(np.float64)
+        for c in range(k):
+            ces[c] = ece_from_stats(*bin_stats(sorted_cols[c], sorted_hits[c], n_bins),
+                                     p, debias, gen)
+    return ces

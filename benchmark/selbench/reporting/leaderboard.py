@@ -37,10 +37,9 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,17 +48,14 @@ from tabulate import tabulate
 
 from selbench.measure import stats as S
 from selbench.measure.metrics import DEFAULT_COLUMNS, auc, metric_info
-from selbench.store.results import ResultsDir, ResultsError
+from selbench.reporting.loading import LeaderboardError, ResultSet, load_results, short_hash
 from selbench.util.files import atomic_write_json, atomic_write_text
 
 __all__ = [
     "Column",
-    "LeaderboardError",
-    "ResultSet",
     "build_tables",
     "columns_for",
     "headline",
-    "load_results",
     "render_csv",
     "render_markdown",
     "write_leaderboard",
@@ -101,162 +97,6 @@ def columns_for(exp: dict) -> tuple[Column, ...]:
 def headline(columns: Sequence[Column]) -> Column | None:
     """The column whose p-values the Markdown shows: the first one marked best."""
     return next((c for c in columns if c.lower_is_better is not None), None)
-
-
-class LeaderboardError(RuntimeError):
-    """The results directory is incomplete or inconsistent."""
-
-
-# --------------------------------------------------------------------------- loading
-@dataclass
-class ResultSet:
-    """Cells of one or more results directories, checked and merged.
-
-    ``cells`` are the cell records (as in the JSON files) with one extra key, ``_file``: the
-    :class:`~pathlib.Path` of the cell file (its per-example ``.npz``, when the runner wrote
-    one, sits next to it).
-    """
-
-    sources: list[dict[str, Any]]
-    experiments: list[dict[str, Any]]
-    cells: list[dict[str, Any]]
-    seeds: list[int]
-    mixed: list[str] = field(default_factory=list)  # spec hashes mixed in, when allowed
-    left_out: int = 0  # cells of the specs that are missing (or foreign) and left out
-    planned: int = 0  # cells the specs call for
-
-    @property
-    def spec_hashes(self) -> list[str]:
-        hashes = [s["spec_hash"] for s in self.sources] + self.mixed
-        return list(dict.fromkeys(hashes))
-
-
-def _short(h: str | None) -> str:
-    return (h or "unknown")[:12]
-
-
-def _load_dir(
-    out_dir: Path, allow_partial: bool, allow_mixed: bool
-) -> tuple[dict, list[dict], list[str], int]:
-    """run.json, the usable cells, the spec hashes of foreign cells taken in, cells left out.
-
-    Cells are read through :class:`selbench.store.results.ResultsDir`, which verifies each
-    record's checksum (and its arrays'): a damaged cell counts as missing, never as data.
-    """
-    store = ResultsDir(out_dir)
-    try:
-        run = store.read_run().model_dump(mode="json")
-    except ResultsError as exc:
-        raise LeaderboardError(str(exc)) from None
-    current = run["provenance"].get("spec_hash")
-    cells: list[dict] = []
-    missing: list[str] = []
-    damaged: list[str] = []
-    foreign: list[tuple[str, dict]] = []
-    for rel, key in zip(run["cells"], run["cell_keys"]):
-        path = store.resolve(rel)
-        check = store.check_cell(path, key)
-        if check.record is not None:
-            cells.append({**check.record.model_dump(mode="json"), "_file": path})
-        elif check.previous is not None:
-            foreign.append((rel, check.previous.model_dump(mode="json")))
-        else:
-            missing.append(rel)
-            if check.problem != "missing":
-                damaged.append(f"{rel} ({check.problem})")
-    if foreign and not allow_mixed and not allow_partial:
-        hashes = sorted({_short(r.get("spec_hash")) for _, r in foreign})
-        raise LeaderboardError(
-            f"{out_dir}: {len(foreign)} of {len(run['cells'])} cells under cells/ were written for "
-            f"a different spec (spec hash {', '.join(hashes)}) than run.json's (spec hash "
-            f"{_short(current)}), first: {foreign[0][0]}. Rerun `selbench run` with the spec to "
-            "recompute them, pass --allow-mixed to tabulate them anyway (the outputs will say "
-            "so), or --allow-partial to leave them out"
-        )
-    mixed_in: list[str] = []
-    if foreign and allow_mixed:
-        for rel, record in foreign:
-            cells.append({**record, "_file": store.resolve(rel)})
-            mixed_in.append(record.get("spec_hash") or "unknown")
-    elif foreign:  # allow_partial: foreign cells are left out like missing ones
-        missing.extend(rel for rel, _ in foreign)
-    if missing and not allow_partial:
-        detail = f"; damaged: {damaged[0]}" if damaged else ""
-        raise LeaderboardError(
-            f"{out_dir}: {len(missing)} of {len(run['cells'])} cells are missing or damaged "
-            f"(first: {missing[0]}{detail}); run `selbench run` again to recompute them, or pass "
-            "--allow-partial to tabulate the intact ones"
-        )
-    return run, cells, sorted(set(mixed_in)), len(missing)
-
-
-def _cell_id(rec: dict) -> tuple:
-    return (rec["experiment"], rec["method"], int(rec["seed"]), float(rec["train_beta"]))
-
-
-def load_results(
-    results_dirs: str | Path | Sequence[str | Path],
-    *,
-    allow_partial: bool = False,
-    allow_mixed: bool = False,
-) -> ResultSet:
-    """Load and check the cells of one or more results directories.
-
-    Raises :class:`LeaderboardError` when cells are missing (unless ``allow_partial``), when
-    cells or directories of different spec hashes would be combined (unless
-    ``allow_mixed``), and when two directories hold different results for the same
-    experiment, method, seed and training β (always: which one to show is ambiguous).
-    """
-    dirs = [Path(results_dirs)] if isinstance(results_dirs, (str, Path)) else [Path(d) for d in results_dirs]
-    if not dirs:
-        raise LeaderboardError("no results directory given")
-    loaded = [(d, *_load_dir(d, allow_partial, allow_mixed)) for d in dirs]
-    hashes = {run["provenance"]["spec_hash"] for _, run, _, _, _ in loaded}
-    if len(hashes) > 1 and not allow_mixed:
-        listing = ", ".join(f"{d} (spec hash {_short(run['provenance']['spec_hash'])})"
-                            for d, run, _, _, _ in loaded)
-        raise LeaderboardError(
-            f"the results directories were run with different specs: {listing}. Pass "
-            "--allow-mixed to combine them in one table anyway (the outputs will say so)"
-        )
-    sources, experiments, cells, seeds, mixed = [], [], [], [], []
-    by_name: dict[str, dict] = {}
-    seen: dict[tuple, tuple[str, Path]] = {}
-    left_out = sum(n for *_, n in loaded)
-    planned = sum(len(run["cells"]) for _, run, *_ in loaded)
-    for d, run, dir_cells, mixed_in, _ in loaded:
-        prov = run["provenance"]
-        sources.append({"dir": str(d), "spec_name": prov["spec_name"],
-                        "spec_hash": prov["spec_hash"], "provenance": prov, "spec": run["spec"]})
-        mixed.extend(mixed_in)
-        for s in prov["seeds"]:
-            if s not in seeds:
-                seeds.append(s)
-        for exp in run["spec"]["experiments"]:
-            if exp["name"] not in by_name:
-                exp = json.loads(json.dumps(exp))  # a copy we may extend
-                by_name[exp["name"]] = exp
-                experiments.append(exp)
-            else:
-                known = {m["label"] for m in by_name[exp["name"]]["methods"]}
-                by_name[exp["name"]]["methods"] += [m for m in exp["methods"] if m["label"] not in known]
-        for rec in dir_cells:
-            ident = _cell_id(rec)
-            if ident in seen:
-                if seen[ident][0] == rec.get("key"):
-                    continue  # the very same computation, found twice
-                raise LeaderboardError(
-                    f"{seen[ident][1]} and {rec['_file']} hold different results for experiment "
-                    f"{ident[0]!r}, method {ident[1]!r}, seed {ident[2]}, training β {ident[3]:g} "
-                    "(their content keys differ); leave one of the directories out"
-                )
-            seen[ident] = (rec.get("key"), rec["_file"])
-            cells.append(rec)
-    for rec in cells:
-        if rec["seed"] not in seeds:
-            seeds.append(rec["seed"])
-    mixed = sorted(set(mixed))
-    return ResultSet(sources, experiments, cells, seeds, mixed, left_out, planned)
 
 
 # --------------------------------------------------------------------------- tables
@@ -355,75 +195,90 @@ def _boot_level(results: ResultSet, experiment: str) -> float | None:
     return None
 
 
+def _metric_entry(col: Column, report: str, betas: list[float], curves: dict, complete: dict,
+                  boots: dict, level: float | None) -> dict[str, Any]:
+    """One method's summary of one column: at ``auc`` (the AUC over β of each complete seed,
+    or a ranking metric's constant value) or at each β, with the bootstrap intervals."""
+    entry: dict[str, Any] = {}
+    if report == "auc":
+        per_seed = {}
+        for s in complete:
+            vals = [_as_float(complete[s][b].get(col.key)) for b in betas]
+            constant = col.kind == "ranking" and len(set(vals)) == 1
+            per_seed[s] = vals[0] if constant else auc(betas, vals)
+        entry["auc"] = S.summarize(per_seed)
+        boot = _bootstrap_entry(boots, "auc", col.key, level)
+        if boot is not None:
+            entry["auc"]["bootstrap"] = boot
+    else:
+        for b in betas:
+            vals = {s: _as_float(c[b].get(col.key)) for s, c in curves.items()
+                    if b in c}
+            entry[f"{b:g}"] = S.summarize(vals)
+            boot = _bootstrap_entry(boots, b, col.key, level)
+            if boot is not None:
+                entry[f"{b:g}"]["bootstrap"] = boot
+    return entry
+
+
+def _method_row(results: ResultSet, exp: dict, label: str, cols: Sequence[Column],
+                betas: list[float], level: float | None) -> dict[str, Any]:
+    """One method's row of an experiment's table: its metrics, curves, seeds and timing."""
+    curves = method_curves(results, exp["name"], label)
+    boots = method_intervals(results, exp["name"], label)
+    complete = {s: c for s, c in curves.items() if all(b in c for b in betas)}
+    metrics: dict[str, dict[str, Any]] = {}
+    for col in cols:
+        metrics[col.key] = _metric_entry(col, exp["report"], betas, curves, complete, boots,
+                                         level)
+    extra_keys = sorted(
+        {k for c in curves.values() for p in c.values() for k in p}
+        - {c.key for c in cols}
+    )
+    return {
+        "method": label,
+        "metrics": metrics,
+        "curves": _curve_summary(curves, betas, [c.key for c in cols]),
+        "extra_metrics": extra_keys,
+        "seeds": sorted(curves),
+        "timing": _timing(results, exp["name"], label),
+    }
+
+
+def _experiment_table(results: ResultSet, exp: dict) -> dict[str, Any]:
+    """One experiment's table: its rows (best marked) and what the renderers show of it."""
+    betas = [float(b) for b in exp["betas"]]
+    level = _boot_level(results, exp["name"])
+    cols = columns_for(exp)
+    rows = [_method_row(results, exp, method["label"], cols, betas, level)
+            for method in exp["methods"]]
+    _mark_best(rows)
+    return {
+        "name": exp["name"],
+        "report": exp["report"],
+        "betas": betas,
+        "train_beta": exp["train_beta"],
+        "dataset": exp["dataset"]["name"],
+        "backbone": exp["backbone"]["name"],
+        "fit_split": exp["fit_split"],
+        "eval_split": exp["eval_split"],
+        "n_fit": exp["n_fit"],
+        "coverage_guarantee": exp.get("coverage_guarantee"),
+        "metrics": [c.key for c in cols],
+        "bootstrap_level": level,
+        "rows": rows,
+    }
+
+
 def tables_from(results: ResultSet) -> dict[str, Any]:
-    """Aggregate a :class:`ResultSet` into per-experiment tables (JSON-ready).
+    """Aggregate a :class:`~selbench.reporting.loading.ResultSet` into per-experiment tables
+    (JSON-ready).
 
     A ``ranking`` metric (one value per cell, e.g. AURC) is summarised by that value in an
     ``auc`` table (by the AUC of its per-β values for ``per_beta`` experiments, where each
     β has a cell of its own). Each entry carries, under ``bootstrap``, the cells' bootstrap
     intervals over the evaluation examples (per seed, and the mean of their bounds)."""
-    experiments = []
-    for exp in results.experiments:
-        betas = [float(b) for b in exp["betas"]]
-        report = exp["report"]
-        level = _boot_level(results, exp["name"])
-        cols = columns_for(exp)
-        rows = []
-        for method in exp["methods"]:
-            label = method["label"]
-            curves = method_curves(results, exp["name"], label)
-            boots = method_intervals(results, exp["name"], label)
-            complete = {s: c for s, c in curves.items() if all(b in c for b in betas)}
-            metrics: dict[str, dict[str, Any]] = {}
-            for col in cols:
-                entry: dict[str, Any] = {}
-                if report == "auc":
-                    per_seed = {}
-                    for s in complete:
-                        vals = [_as_float(complete[s][b].get(col.key)) for b in betas]
-                        constant = col.kind == "ranking" and len(set(vals)) == 1
-                        per_seed[s] = vals[0] if constant else auc(betas, vals)
-                    entry["auc"] = S.summarize(per_seed)
-                    boot = _bootstrap_entry(boots, "auc", col.key, level)
-                    if boot is not None:
-                        entry["auc"]["bootstrap"] = boot
-                else:
-                    for b in betas:
-                        vals = {s: _as_float(c[b].get(col.key)) for s, c in curves.items()
-                                if b in c}
-                        entry[f"{b:g}"] = S.summarize(vals)
-                        boot = _bootstrap_entry(boots, b, col.key, level)
-                        if boot is not None:
-                            entry[f"{b:g}"]["bootstrap"] = boot
-                metrics[col.key] = entry
-            extra_keys = sorted(
-                {k for c in curves.values() for p in c.values() for k in p}
-                - {c.key for c in cols}
-            )
-            rows.append({
-                "method": label,
-                "metrics": metrics,
-                "curves": _curve_summary(curves, betas, [c.key for c in cols]),
-                "extra_metrics": extra_keys,
-                "seeds": sorted(curves),
-                "timing": _timing(results, exp["name"], label),
-            })
-        _mark_best(rows)
-        experiments.append({
-            "name": exp["name"],
-            "report": report,
-            "betas": betas,
-            "train_beta": exp["train_beta"],
-            "dataset": exp["dataset"]["name"],
-            "backbone": exp["backbone"]["name"],
-            "fit_split": exp["fit_split"],
-            "eval_split": exp["eval_split"],
-            "n_fit": exp["n_fit"],
-            "coverage_guarantee": exp.get("coverage_guarantee"),
-            "metrics": [c.key for c in cols],
-            "bootstrap_level": level,
-            "rows": rows,
-        })
+    experiments = [_experiment_table(results, exp) for exp in results.experiments]
     specs = [s["spec"] for s in results.sources]
     return {
         "provenance": _provenance(results),
@@ -542,11 +397,13 @@ def _stats_note(n_seeds: int, metric: str) -> str:
             "in leaderboard.json and .csv.")
 
 
-def render_markdown(tables: dict) -> str:
+def _markdown_preamble(tables: dict) -> list[str]:
+    """The Markdown's title, provenance line and statistics note, and the notes on mixed or
+    partial results."""
     prov = tables["provenance"]
     seeds = prov["seeds"]
-    hash_text = ("spec hashes " + ", ".join(f"`{_short(h)}`" for h in prov["mixed_spec_hashes"])
-                 if prov["mixed_spec_hashes"] else f"spec hash `{_short(prov['spec_hash'])}`")
+    hash_text = ("spec hashes " + ", ".join(f"`{short_hash(h)}`" for h in prov["mixed_spec_hashes"])
+                 if prov["mixed_spec_hashes"] else f"spec hash `{short_hash(prov['spec_hash'])}`")
     lines = [
         f"# Leaderboard: {_md(prov['spec_name'])}",
         "",
@@ -559,13 +416,58 @@ def render_markdown(tables: dict) -> str:
     ]
     if prov["mixed_spec_hashes"]:
         lines += [("**Mixed results**: this table combines cells computed for different specs "
-                  f"({', '.join(_short(h) for h in prov['mixed_spec_hashes'])}), as asked with "
+                  f"({', '.join(short_hash(h) for h in prov['mixed_spec_hashes'])}), as asked with "
                   "--allow-mixed; see leaderboard.json for their provenance."), ""]
     if prov.get("cells", {}).get("left_out"):
         c = prov["cells"]
         lines += [(f"**Partial results**: {c['left_out']} of {c['planned']} cells are missing (or "
                   "were written for another spec) and left out (--allow-partial)."), ""]
-    show_p = len(seeds) > 1
+    return lines
+
+
+def _markdown_auc(exp: dict, cols: Sequence[Column], head: Column | None, exp_p: bool) -> list[str]:
+    """An ``auc`` experiment's Markdown: what the areas are, and one table of them."""
+    lo, hi = min(exp["betas"]), max(exp["betas"])
+    lines = [(f"Area under each metric's curve over β ∈ [{lo:g}, {hi:g}] "
+              f"({len(exp['betas'])} levels), normalised by the range."), ""]
+    if any(c.kind == "ranking" for c in cols):
+        names = ", ".join(c.label for c in cols if c.kind == "ranking")
+        lines += [(f"{names}: once per cell over all evaluation examples, from the "
+                   "selector's scores."), ""]
+    headers = ["Method"] + [c.header for c in cols]
+    if exp_p:
+        headers.append(f"p ({head.label})")
+    body = []
+    for r in exp["rows"]:
+        line = [_md(r["method"])] + [_fmt(r["metrics"][c.key]["auc"]) for c in cols]
+        if exp_p:
+            line.append(_fmt_p(r["metrics"][head.key]["auc"]))
+        body.append(line)
+    return lines + [tabulate(body, headers, tablefmt="github", disable_numparse=True), ""]
+
+
+def _markdown_per_beta(exp: dict, cols: Sequence[Column], head: Column | None,
+                       exp_p: bool) -> list[str]:
+    """A ``per_beta`` experiment's Markdown: one table per metric over β, and the headline
+    metric's p-values."""
+    lines: list[str] = []
+    headers = ["Method"] + [f"β={b:g}" for b in exp["betas"]]
+    for c in cols:
+        lines += [f"### {c.header} at coverage β", ""]
+        body = [[_md(r["method"])] + [_fmt(r["metrics"][c.key][f"{b:g}"]) for b in exp["betas"]]
+                for r in exp["rows"]]
+        lines += [tabulate(body, headers, tablefmt="github", disable_numparse=True), ""]
+        if exp_p and c.key == head.key:
+            lines += [f"### p-value against the best mean, {c.label}", ""]
+            body = [[_md(r["method"])] + [_fmt_p(r["metrics"][c.key][f"{b:g}"])
+                                     for b in exp["betas"]] for r in exp["rows"]]
+            lines += [tabulate(body, headers, tablefmt="github", disable_numparse=True), ""]
+    return lines
+
+
+def render_markdown(tables: dict) -> str:
+    lines = _markdown_preamble(tables)
+    show_p = len(tables["provenance"]["seeds"]) > 1
     for exp in tables["experiments"]:
         cols = columns_for(exp)
         head = headline(cols)
@@ -584,35 +486,9 @@ def render_markdown(tables: dict) -> str:
             lines += [(f"Coverage guaranteed with probability ≥ 1 − δ, δ = "
                       f"{exp['coverage_guarantee']['delta']:g} (Hoeffding)."), ""]
         if exp["report"] == "auc":
-            lo, hi = min(exp["betas"]), max(exp["betas"])
-            lines += [(f"Area under each metric's curve over β ∈ [{lo:g}, {hi:g}] "
-                      f"({len(exp['betas'])} levels), normalised by the range."), ""]
-            if any(c.kind == "ranking" for c in cols):
-                names = ", ".join(c.label for c in cols if c.kind == "ranking")
-                lines += [(f"{names}: once per cell over all evaluation examples, from the "
-                           "selector's scores."), ""]
-            headers = ["Method"] + [c.header for c in cols]
-            if exp_p:
-                headers.append(f"p ({head.label})")
-            body = []
-            for r in exp["rows"]:
-                line = [_md(r["method"])] + [_fmt(r["metrics"][c.key]["auc"]) for c in cols]
-                if exp_p:
-                    line.append(_fmt_p(r["metrics"][head.key]["auc"]))
-                body.append(line)
-            lines += [tabulate(body, headers, tablefmt="github", disable_numparse=True), ""]
+            lines += _markdown_auc(exp, cols, head, exp_p)
         else:
-            headers = ["Method"] + [f"β={b:g}" for b in exp["betas"]]
-            for c in cols:
-                lines += [f"### {c.header} at coverage β", ""]
-                body = [[_md(r["method"])] + [_fmt(r["metrics"][c.key][f"{b:g}"]) for b in exp["betas"]]
-                        for r in exp["rows"]]
-                lines += [tabulate(body, headers, tablefmt="github", disable_numparse=True), ""]
-                if exp_p and c.key == head.key:
-                    lines += [f"### p-value against the best mean, {c.label}", ""]
-                    body = [[_md(r["method"])] + [_fmt_p(r["metrics"][c.key][f"{b:g}"])
-                                             for b in exp["betas"]] for r in exp["rows"]]
-                    lines += [tabulate(body, headers, tablefmt="github", disable_numparse=True), ""]
+            lines += _markdown_per_beta(exp, cols, head, exp_p)
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -306,6 +306,132 @@ def _gather(table: torch.Tensor, rows: torch.Tensor, shape: tuple[int, int]) -> 
     return flat.index_select(0, rows).view(*shape, *table.shape[2:])
 
 
+@dataclass
+class _Lanes:
+    """How the R replicas address the tables' flat rows ``u * n + i``: ``lane[r]`` is the
+    index of replica ``r``'s seed among the distinct seeds (the permutation it reads),
+    ``offsets[r]`` its source's first flat row (``[R, 1]``); ``first`` lists the first
+    replica of each lane when tables come once per lane (empty otherwise), and
+    ``lane_of_lane`` / ``offsets_lane`` are ``lane`` / ``offsets`` at those replicas (the
+    replicas' own where there are no lane tables)."""
+
+    lane: torch.Tensor
+    offsets: torch.Tensor
+    first: list[int]
+    lane_of_lane: torch.Tensor
+    offsets_lane: torch.Tensor
+
+
+def _lanes(source: Sequence[int], seeds: Sequence[int], distinct: list[int], n: int,
+           device: torch.device, lane_tables: Sequence[str]) -> _Lanes:
+    """The replicas' :class:`_Lanes` (ValueError when ``lane_tables`` are named and the
+    replicas are not in equal, consecutive lanes)."""
+    r_count = len(seeds)
+    lane = torch.tensor([distinct.index(int(s)) for s in seeds], device=device)
+    offsets = torch.tensor([int(u) * n for u in source], device=device)[:, None]
+    lane_first: list[int] = []  # the first replica of each lane
+    if lane_tables:
+        order, lanes = lane_order(source, seeds)
+        if order != list(range(r_count)):
+            raise ValueError("lane_tables: the replicas are not in equal, consecutive lanes")
+        lane_first = list(range(0, r_count, r_count // lanes))
+    lane_of_lane = lane[lane_first] if lane_first else lane
+    offsets_lane = offsets[lane_first] if lane_first else offsets
+    return _Lanes(lane, offsets, lane_first, lane_of_lane, offsets_lane)
+
+
+def _generators(distinct: list[int], device: torch.device,
+                noisy: bool) -> tuple[list[torch.Generator], list[torch.Generator]]:
+    """The generators of the distinct seeds: the batch orders' (on the CPU, seeded by the
+    seed) and the input noise's (on ``device``, seeded by the seed + 1; none when ``noisy``
+    is false)."""
+    shuffles = [torch.Generator().manual_seed(s) for s in distinct]
+    noise_gens = []
+    if noisy:
+        noise_gens = [torch.Generator(device=device).manual_seed(s + 1) for s in distinct]
+    return shuffles, noise_gens
+
+
+def _epoch_progress(epochs: int, desc: str | None) -> Any:
+    """``range(epochs)``, under a tqdm bar named ``desc`` when one is given."""
+    epoch_iter: Any = range(int(epochs))
+    if desc is not None:
+        from tqdm.auto import tqdm
+
+        epoch_iter = tqdm(epoch_iter, desc=desc)
+    return epoch_iter
+
+
+def _step_functions(
+    *,
+    tables: dict[str, torch.Tensor],
+    lanes: _Lanes,
+    r_count: int,
+    lane_tables: Sequence[str],
+    noise: Sequence[tuple[str | None, int]],
+    noise_std: float,
+    noise_gens: list[torch.Generator],
+    step_loss: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+    optimizer: Any,
+    device: torch.device,
+) -> tuple[Callable[..., None], Callable[[int], list[torch.Tensor | None]]]:
+    """The eager training step ``step(rows, lane_rows, draws, b)`` (gather the batch, add
+    the input noise, one backward of the summed losses, one Adam step: what a CUDA graph
+    captures) and ``draw_noise(b)``, the step's noise draws in their eager order."""
+    lane, lane_of_lane = lanes.lane, lanes.lane_of_lane
+    lane_count = len(lanes.first)
+
+    def gather(rows: torch.Tensor, lane_rows: torch.Tensor | None,
+               draws: Sequence[torch.Tensor | None], b: int) -> dict[str, torch.Tensor]:
+        batch = {}
+        for k, t in tables.items():
+            if k in lane_tables:
+                batch[k] = _gather(t, lane_rows, (lane_count, b))
+            else:
+                batch[k] = _gather(t, rows, (r_count, b))
+        for (name, _), draw in zip(noise, draws):
+            if name is not None and draw is not None:
+                draw = draw.index_select(0, lane_of_lane if name in lane_tables else lane)
+                batch[name] = batch[name] + noise_std * draw.to(batch[name].dtype)
+        return batch
+
+    def step(rows: torch.Tensor, lane_rows: torch.Tensor | None,
+             draws: Sequence[torch.Tensor | None], b: int) -> None:
+        total = step_loss(gather(rows, lane_rows, draws, b)).sum()
+        optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        optimizer.step()
+
+    def draw_noise(b: int) -> list[torch.Tensor | None]:
+        if not noise_gens:
+            return [None] * len(noise)
+        return [torch.stack([torch.randn((b, width), generator=gen, device=device)
+                             for gen in noise_gens]) for _, width in noise]
+
+    return step, draw_noise
+
+
+def _run_epochs(perms: Iterator[torch.Tensor], epoch_iter: Any, lanes: _Lanes, n: int,
+                bs: int, graphs: _GraphedSteps | None, step: Callable[..., None],
+                draw_noise: Callable[[int], list[torch.Tensor | None]]) -> None:
+    """The epoch loop: every epoch's rows in mini-batches of ``bs``, each step replayed
+    through ``graphs`` when it can be, else run eagerly (the inner loop calls nothing
+    but the step)."""
+    lane, offsets = lanes.lane, lanes.offsets
+    lane_of_lane, offsets_lane, lane_first = lanes.lane_of_lane, lanes.offsets_lane, lanes.first
+    for _, perm in zip(epoch_iter, perms):
+        rows_all = perm.index_select(0, lane) + offsets  # [R, n]
+        rows_lane = perm.index_select(0, lane_of_lane) + offsets_lane if lane_first else None
+        for start in range(0, n, bs):
+            stop = min(start + bs, n)
+            rows = rows_all[:, start:stop]
+            lane_rows = rows_lane[:, start:stop] if rows_lane is not None else None
+            if graphs is not None and graphs.run(rows, lane_rows, stop - start):
+                continue
+            step(rows.reshape(-1), None if lane_rows is None else lane_rows.reshape(-1),
+                 draw_noise(stop - start), stop - start)
+
+
 def train_replicas(
     *,
     modules: Sequence[torch.nn.Module],
@@ -347,76 +473,23 @@ def train_replicas(
     n = int(next(iter(tables.values())).shape[1])
     device = torch.device(device)
     distinct = list(dict.fromkeys(int(s) for s in seeds))
-    lane = torch.tensor([distinct.index(int(s)) for s in seeds], device=device)
-    offsets = torch.tensor([int(u) * n for u in source], device=device)[:, None]
-    lane_first: list[int] = []  # the first replica of each lane
-    if lane_tables:
-        order, lanes = lane_order(source, seeds)
-        if order != list(range(r_count)):
-            raise ValueError("lane_tables: the replicas are not in equal, consecutive lanes")
-        lane_first = list(range(0, r_count, r_count // lanes))
-    lane_of_lane = lane[lane_first] if lane_first else lane
-    offsets_lane = offsets[lane_first] if lane_first else offsets
-    parameters = [p for m in modules for p in m.parameters()]
-    optimizer = batched_adam(parameters, lr, weight_decay)
-    shuffles = [torch.Generator().manual_seed(s) for s in distinct]
-    noise_gens = []
-    if noise_std > 0 and noise:
-        noise_gens = [torch.Generator(device=device).manual_seed(s + 1) for s in distinct]
-    bs = int(batch_size)
-    epoch_iter: Any = range(int(epochs))
-    if desc is not None:
-        from tqdm.auto import tqdm
-
-        epoch_iter = tqdm(epoch_iter, desc=desc)
+    lanes = _lanes(source, seeds, distinct, n, device, lane_tables)
+    optimizer = batched_adam([p for m in modules for p in m.parameters()], lr, weight_decay)
+    shuffles, noise_gens = _generators(distinct, device, noise_std > 0 and bool(noise))
+    epoch_iter = _epoch_progress(epochs, desc)
     # one replica trains with one thread: its matmuls are too small to gain from more (see
     # cpu_threads); R replicas' batched matmuls are large enough that all threads pay
     threads = 1 if r_count == 1 else batched_threads(device)
     for m in modules:
         m.train()
-    lane_count = len(lane_first)
-
-    def gather(rows: torch.Tensor, lane_rows: torch.Tensor | None,
-               draws: Sequence[torch.Tensor | None], b: int) -> dict[str, torch.Tensor]:
-        batch = {}
-        for k, t in tables.items():
-            if k in lane_tables:
-                batch[k] = _gather(t, lane_rows, (lane_count, b))
-            else:
-                batch[k] = _gather(t, rows, (r_count, b))
-        for (name, _), draw in zip(noise, draws):
-            if name is not None and draw is not None:
-                draw = draw.index_select(0, lane_of_lane if name in lane_tables else lane)
-                batch[name] = batch[name] + noise_std * draw.to(batch[name].dtype)
-        return batch
-
-    def step(rows: torch.Tensor, lane_rows: torch.Tensor | None,
-             draws: Sequence[torch.Tensor | None], b: int) -> None:
-        total = step_loss(gather(rows, lane_rows, draws, b)).sum()
-        optimizer.zero_grad(set_to_none=True)
-        total.backward()
-        optimizer.step()
-
-    def draw_noise(b: int) -> list[torch.Tensor | None]:
-        if not noise_gens:
-            return [None] * len(noise)
-        return [torch.stack([torch.randn((b, width), generator=gen, device=device)
-                             for gen in noise_gens]) for _, width in noise]
-
+    step, draw_noise = _step_functions(
+        tables=tables, lanes=lanes, r_count=r_count, lane_tables=lane_tables, noise=noise,
+        noise_std=noise_std, noise_gens=noise_gens, step_loss=step_loss,
+        optimizer=optimizer, device=device)
     graphs = _GraphedSteps.create(device, modules, optimizer, step, noise, noise_gens)
     with cpu_threads(device, threads), (graphs.stream() if graphs else nullcontext()):
         perms = epoch_permutations(shuffles, n, int(epochs), device)
-        for _, perm in zip(epoch_iter, perms):
-            rows_all = perm.index_select(0, lane) + offsets  # [R, n]
-            rows_lane = perm.index_select(0, lane_of_lane) + offsets_lane if lane_first else None
-            for start in range(0, n, bs):
-                stop = min(start + bs, n)
-                rows = rows_all[:, start:stop]
-                lane_rows = rows_lane[:, start:stop] if rows_lane is not None else None
-                if graphs is not None and graphs.run(rows, lane_rows, stop - start):
-                    continue
-                step(rows.reshape(-1), None if lane_rows is None else lane_rows.reshape(-1),
-                     draw_noise(stop - start), stop - start)
+        _run_epochs(perms, epoch_iter, lanes, n, int(batch_size), graphs, step, draw_noise)
     for m in modules:
         m.eval()
 

@@ -18,7 +18,7 @@ __all__ = ["MOVED", "reexport"]
 
 #: old module path -> the module(s) that now hold its names, searched in order
 MOVED: dict[str, tuple[str, ...]] = {
-    "selbench.api": ("selbench.contract.api",),
+    "selbench.api": ("selbench.contract.api", "selbench.contract.params", "selbench.contract.modules"),
     "selbench.data": ("selbench.contract.data",),
     "selbench.checks": ("selbench.contract.checks",),
     "selbench.hookspecs": ("selbench.contract.hookspecs",),
@@ -27,15 +27,18 @@ MOVED: dict[str, tuple[str, ...]] = {
     "selbench.plugins": ("selbench.contract.registry",),
     "selbench.smooth": ("selbench.measure.smooth",),
     "selbench.riskcoverage": ("selbench.measure.riskcoverage",),
-    "selbench.bootstrap": ("selbench.measure.bootstrap",),
+    "selbench.bootstrap": ("selbench.measure.bootstrap", "selbench.measure.resampled"),
     "selbench.stats": ("selbench.measure.stats",),
     "selbench.evaluate": ("selbench.measure.evaluate",),
     "selbench.engine": ("selbench.training.engine",),
     "selbench.torchutils": ("selbench.training.torchutils",),
     "selbench.results": ("selbench.store.results",),
     "selbench.estimator": ("selbench.library.estimator",),
-    "selbench.leaderboard": ("selbench.reporting.leaderboard",),
-    "selbench.runner": ("selbench.execution.runner",),
+    "selbench.leaderboard": ("selbench.reporting.leaderboard", "selbench.reporting.loading"),
+    "selbench.runner": ("selbench.execution.runner", "selbench.execution.errors",
+                        "selbench.execution.keys", "selbench.execution.guard",
+                        "selbench.execution.cells", "selbench.execution.extraction",
+                        "selbench.execution.distributed", "selbench.execution.results_api"),
     "selbench.executors": ("selbench.execution.executors",),
     "selbench.codeid": ("selbench.execution.codeid",),
 }

@@ -1,0 +1,379 @@
+"""The spec's schema: the pydantic models of a spec (:class:`Spec`, :class:`ExperimentSpec`,
+:class:`MethodSpec`, :class:`Component` ...), the bounds they enforce (:data:`SEED_MAX`,
+:data:`NAME_MAX`, :data:`MAX_DEPTH`), :class:`SpecError`, and :class:`ResolvedSpec`, a spec
+whose plugins are found and whose params are validated, with its canonical form and
+:func:`content_hash`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from selbench.contract.inputs import InputSpec, declared_inputs, resolve_path
+from selbench.contract.registry import Registry
+from selbench.measure.metrics import DEFAULT_BETAS, DEFAULT_COLUMNS, METRICS, unknown_metric
+from selbench.spec.executor import ExecutorOptions
+
+SPEC_VERSION = 1
+
+#: Largest seed: numpy's ``default_rng`` takes non-negative integers, ``np.random.seed`` and
+#: scikit-learn's ``random_state`` take ``0 <= seed < 2**32``, ``torch.manual_seed`` takes
+#: ``< 2**64``; so every consumer accepts ``0 <= seed <= 2**32 - 1``.
+SEED_MAX = 2**32 - 1
+
+#: Longest spec or experiment name, in characters (ASCII only, so also bytes). Names become
+#: folder names (``results/<spec>/``, ``cells/<experiment>/``, ``plots/<experiment>/``), and a
+#: file-name component is at most 255 bytes; 200 leaves room for the temporary names of
+#: atomic writes (``.<name>.<random>.tmp``). Method labels need no bound: their folders are
+#: slugs of at most 55 characters.
+NAME_MAX = 200
+
+#: Deepest nesting of lists and mappings a spec may have (a real one needs about 8).
+MAX_DEPTH = 64
+
+#: Most values a spec may hold once YAML aliases are expanded (a real one has a few hundred).
+MAX_VALUES = 100_000
+
+_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
+
+
+class SpecError(ValueError):
+    """A spec is malformed; ``errors`` holds one ``path: message`` line per problem."""
+
+    def __init__(self, errors: list[str], source: str | None = None):
+        self.errors = list(errors)
+        self.source = source
+        head = f"invalid spec {source}" if source else "invalid spec"
+        super().__init__(head + ":\n" + "\n".join("  " + e for e in self.errors))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Component(_Model):
+    """A plugin reference: its registered ``name`` and the ``params`` for its factory."""
+
+    name: str = Field(min_length=1)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class MethodSpec(_Model):
+    """One leaderboard row: a scheme applied to a selector and a recalibrator."""
+
+    label: str = Field(min_length=1, description="row name in the leaderboard")
+    scheme: Component
+    selector: Component = Field(default_factory=lambda: Component(name="none"))
+    recalibrator: Component = Field(default_factory=lambda: Component(name="none"))
+    loss: Component | None = Field(default=None, description="selective loss (trained schemes)")
+    coverage: Component | None = Field(default=None, description="coverage loss (trained schemes)")
+
+
+class GuaranteeSpec(_Model):
+    """Hoeffding-guaranteed coverage: lower τ until coverage − ε ≥ β with prob. 1 − δ."""
+
+    delta: float = Field(gt=0.0, lt=1.0)
+
+
+class BootstrapSpec(_Model):
+    """Bootstrap intervals of each cell's metrics over its evaluation examples
+    (:func:`selbench.measure.bootstrap.selective_intervals`; 0 resamples: none)."""
+
+    resamples: int = Field(200, ge=0, le=100_000, description="resamples per cell (0: off)")
+    level: float = Field(0.95, gt=0.0, lt=1.0, description="confidence level")
+
+
+def _metric_names(v: list[str] | None) -> list[str] | None:
+    """A ``metrics:`` list: registered names (did-you-mean otherwise), each once."""
+    if v is None:
+        return v
+    if not v:
+        raise PydanticCustomError(
+            "no_metrics", "list at least one metric, or leave metrics out for the paper's set")
+    for name in v:
+        if name not in METRICS:
+            raise PydanticCustomError("unknown_metric", "{msg}", {"msg": unknown_metric(name)})
+    dup = sorted({n for n in v if v.count(n) > 1})
+    if dup:
+        raise PydanticCustomError("metric_twice", "metrics listed twice: {dup}",
+                                  {"dup": ", ".join(dup)})
+    return v
+
+
+#: the leaderboard columns of an experiment, registry names (see :data:`METRICS`)
+MetricNames = Annotated[list[str] | None, AfterValidator(_metric_names)]
+
+
+def _name_length(v: str) -> str:
+    if len(v) > NAME_MAX:
+        raise PydanticCustomError(
+            "name_too_long",
+            "names become folder names under results/; at most {limit} characters, got {n}",
+            {"limit": NAME_MAX, "n": len(v)},
+        )
+    return v
+
+
+def _seed_not_bool(v: Any) -> Any:
+    if isinstance(v, bool):
+        raise PydanticCustomError("seed_bool", "a seed is an integer, not true or false")
+    return v
+
+
+def _seed_range(v: int) -> int:
+    if not 0 <= v <= SEED_MAX:
+        raise PydanticCustomError(
+            "seed_range",
+            "seed {seed} is outside 0 <= seed <= {max} (2**32 - 1), the range numpy's and "
+            "torch's seeding accept",
+            {"seed": v, "max": SEED_MAX},
+        )
+    return v
+
+
+#: an experiment or spec name: one folder name under results/
+Name = Annotated[str, Field(min_length=1, pattern=_NAME_PATTERN), AfterValidator(_name_length)]
+#: a seed every seeded generator accepts (see :data:`SEED_MAX`)
+Seed = Annotated[int, BeforeValidator(_seed_not_bool), AfterValidator(_seed_range)]
+
+
+class ExperimentSpec(_Model):
+    name: Name
+    dataset: Component
+    backbone: Component
+    fit_split: str = Field(description="labelled split the methods are fitted on")
+    eval_split: str = Field(description="target split the methods are evaluated on")
+    n_fit: int | None = Field(default=None, gt=0, description="fitting examples drawn per seed")
+    n_eval: int | None = Field(
+        default=None, gt=0, description="evaluation examples (a fixed seeded sample)"
+    )
+    betas: list[float] = Field(default_factory=lambda: [float(b) for b in DEFAULT_BETAS])
+    train_beta: float | Literal["per_beta"] = Field(
+        default=0.5,
+        description="coverage the selectors are trained for, or per_beta for one model per β",
+    )
+    report: Literal["auc", "betas"] = "auc"
+    coverage_guarantee: GuaranteeSpec | None = None
+    metrics: MetricNames = Field(
+        default=None,
+        description="leaderboard columns, names of selbench.measure.metrics.METRICS (default: the "
+                    "spec's metrics, else the paper's set)",
+    )
+    bootstrap: BootstrapSpec = Field(default_factory=BootstrapSpec)
+    optional: bool = Field(
+        default=False,
+        description="skip this experiment (with one line saying why) when an input file or "
+                    "folder it declares is missing, instead of failing the run; "
+                    "`selbench run --no-optional` leaves every optional experiment out",
+    )
+    methods: list[MethodSpec] = Field(min_length=1)
+
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, v: list[float]) -> list[float]:
+        if not v:
+            raise ValueError("at least one coverage level is needed")
+        if any(not (0.0 < b <= 1.0) for b in v):
+            raise ValueError("every coverage level must lie in (0, 1]")
+        if sorted(set(v)) != list(v):
+            raise ValueError("coverage levels must be strictly increasing")
+        return v
+
+    @field_validator("train_beta")
+    @classmethod
+    def _train_beta(cls, v: float | str) -> float | str:
+        if isinstance(v, float) and not (0.0 < v <= 1.0):
+            raise ValueError("train_beta must lie in (0, 1] or be 'per_beta'")
+        return v
+
+    @model_validator(mode="after")
+    def _unique_labels(self) -> ExperimentSpec:
+        seen: set[str] = set()
+        for m in self.methods:
+            if m.label in seen:
+                raise ValueError(f"method label {m.label!r} is used twice")
+            seen.add(m.label)
+        return self
+
+
+class Spec(_Model):
+    spec_version: Literal[1]
+    name: Name
+    description: str = ""
+    seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    metrics: MetricNames = Field(
+        default=None,
+        description="leaderboard columns of every experiment that does not list its own "
+                    "(default: the paper's ECE₁, ECE₂, Brier, accuracy, coverage)",
+    )
+    experiments: list[ExperimentSpec] = Field(min_length=1)
+    executor: ExecutorOptions | None = Field(
+        default=None,
+        description="where the cells are computed (selbench.execution.executors): inline, local or "
+                    "submitit, with its options; `selbench run --executor` wins. How a spec "
+                    "runs, not what it computes: left out of its canonical form and hash",
+    )
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError("seeds must be distinct")
+        return v
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Spec:
+        names = [e.name for e in self.experiments]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"experiment names must be unique, repeated: {sorted(dup)}")
+        return self
+
+    @model_validator(mode="after")
+    def _columns(self) -> Spec:
+        """Each experiment's ``metrics``: its own list, else the spec's, else the paper's set
+        plus the guaranteed coverage where the experiment asks for a coverage guarantee."""
+        for e_i, exp in enumerate(self.experiments):
+            chosen = exp.metrics if exp.metrics is not None else self.metrics
+            if chosen is None:
+                chosen = list(DEFAULT_COLUMNS) + (
+                    ["guaranteed_coverage"] if exp.coverage_guarantee else [])
+            for name in chosen:
+                needs = METRICS[name].needs
+                if needs and getattr(exp, needs) is None:
+                    where = f"experiments[{e_i}].metrics" if exp.metrics is not None else "metrics"
+                    raise PydanticCustomError(
+                        "metric_needs", "{where}: {name} needs {needs} in experiments[{i}] "
+                        "({exp})", {"where": where, "name": repr(name), "needs": needs,
+                                    "i": e_i, "exp": exp.name})
+            exp.metrics = list(chosen)
+        return self
+
+
+def params_key(kind: str, comp: Component) -> tuple[str, str, str]:
+    """What identifies a component's validated params: kind, name and the raw params."""
+    raw = json.dumps(comp.params, sort_keys=True, separators=(",", ":"), default=repr)
+    return kind, comp.name, raw
+
+
+class ResolvedSpec:
+    """A validated spec with every plugin found and every ``params`` validated.
+
+    The validated params models are kept (``validated``, filled by :func:`load_spec`), so a
+    component is validated once however often it is built or hashed.
+    """
+
+    def __init__(
+        self,
+        spec: Spec,
+        registry: Registry,
+        raw: dict,
+        source: str | None,
+        base_dir: str | Path | None = None,
+        validated: dict[tuple[str, str, str], BaseModel] | None = None,
+    ):
+        self.spec = spec
+        self.registry = registry
+        self.raw = raw
+        self.source = source
+        #: relative input paths resolve against this folder: the spec file's (cwd for dicts)
+        self.base_dir = Path(base_dir) if base_dir is not None else (
+            Path(source).resolve().parent if source is not None else Path.cwd()
+        )
+        self._validated: dict[tuple[str, str, str], BaseModel] = dict(validated or {})
+        self._resolved: dict[tuple[str, str, str], BaseModel] = {}
+        #: (experiment name, why) of the optional experiments :func:`load_spec` left out
+        self.skipped: list[tuple[str, str]] = []
+
+    def validated(self, kind: str, comp: Component) -> BaseModel:
+        """The component's params validated against its plugin's model (once; remembered)."""
+        key = params_key(kind, comp)
+        model = self._validated.get(key)
+        if model is None:
+            model = self.registry.get(kind, comp.name).validate_params(comp.params)
+            self._validated[key] = model
+        return model
+
+    def resolved_params(self, kind: str, comp: Component) -> BaseModel:
+        """:meth:`validated`, with each declared input path made absolute against
+        :attr:`base_dir` (see :mod:`selbench.contract.inputs`): what the plugin is built with."""
+        key = params_key(kind, comp)
+        model = self._resolved.get(key)
+        if model is None:
+            model = self.validated(kind, comp)
+            reg = self.registry.get(kind, comp.name)
+            update = {name: resolve_path(getattr(model, name), self.base_dir)
+                      for name in declared_inputs(reg.plugin.params)
+                      if isinstance(getattr(model, name, None), str)}
+            if update:
+                model = model.model_copy(update=update)
+            self._resolved[key] = model
+        return model
+
+    def canonical(self) -> dict:
+        """The spec with defaults filled in (plugin params included), JSON-ready."""
+        data = self.spec.model_dump(mode="json", exclude={"executor"})
+        for e_i, exp in enumerate(self.spec.experiments):
+            d = data["experiments"][e_i]
+            d["dataset"]["params"] = self.params("dataset", exp.dataset)
+            d["backbone"]["params"] = self.params("backbone", exp.backbone)
+            for m_i, m in enumerate(exp.methods):
+                dm = d["methods"][m_i]
+                for kind, field in METHOD_FIELDS:
+                    comp = getattr(m, field)
+                    if comp is not None:
+                        dm[field]["params"] = self.params(kind, comp)
+        return data
+
+    def params(self, kind: str, comp: Component) -> dict:
+        """Validated params with defaults filled in and declared input paths resolved
+        against :attr:`base_dir` (see :mod:`selbench.contract.inputs`), JSON-ready (a new dict)."""
+        return self.resolved_params(kind, comp).model_dump(mode="json")
+
+    def inputs(self, kind: str, comp: Component) -> dict[str, tuple[str, InputSpec]]:
+        """Parameter -> (resolved path, declaration) for every input ``comp`` names."""
+        reg = self.registry.get(kind, comp.name)
+        params = self.params(kind, comp)
+        return {
+            field: (params[field], spec)
+            for field, spec in declared_inputs(reg.plugin.params).items()
+            if isinstance(params.get(field), str)
+        }
+
+    def build(self, kind: str, comp: Component) -> Any:
+        """The component's plugin, built from its validated (and resolved) params."""
+        return self.registry.get(kind, comp.name).build(self.resolved_params(kind, comp))
+
+    def hash(self) -> str:
+        return content_hash(self.canonical())
+
+
+METHOD_FIELDS = (
+    ("scheme", "scheme"),
+    ("selector", "selector"),
+    ("recalibrator", "recalibrator"),
+    ("loss", "loss"),
+    ("loss", "coverage"),
+)
+
+
+def content_hash(obj: Any) -> str:
+    """SHA-256 of the canonical JSON form of ``obj``."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
