@@ -76,6 +76,14 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from selbench.reporting.compare import compare, render_comparison
+
+    result = compare(args.a, args.b, level=args.level, atol=args.atol, rtol=args.rtol)
+    print(render_comparison(result))
+    return EXIT_OK if result.agree else EXIT_RUN_FAILED
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
     from selbench.reporting.plots import write_plots
 
@@ -161,7 +169,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true",
                         help="show the full traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_run(sub)
+    _add_validate(sub)
+    _add_listings(sub)
+    _add_leaderboard(sub)
+    _add_compare(sub)
+    _add_plot(sub)
+    return parser
 
+
+_NO_OPTIONAL_HELP = ("leave out the experiments marked `optional: true` (by default they "
+                     "run when their input files are present, else are skipped with a line)")
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a spec and write its leaderboard")
     p.add_argument("spec", type=Path, help="YAML spec, e.g. specs/quickstart.yaml")
     p.add_argument("--out", type=Path, default=None, help="results directory (default results/<spec name>)")
@@ -178,9 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="recompute every cell (with --only: every cell of those methods)")
     p.add_argument("--only", nargs="+", metavar="LABEL",
                    help="with or without --force: recompute the cells of these method labels")
-    p.add_argument("--no-optional", action="store_true",
-                   help="leave out the experiments marked `optional: true` (by default they "
-                        "run when their input files are present, else are skipped with a line)")
+    p.add_argument("--no-optional", action="store_true", help=_NO_OPTIONAL_HELP)
+    _add_executor_options(p)
+    p.set_defaults(func=cmd_run)
+
+
+def _add_executor_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--executor", default=None, metavar="NAME",
                    help="where the cells are computed: inline (default: in this process), "
                         "local (a process pool, --workers N) or submitit (Slurm through "
@@ -191,16 +215,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "when there are several, else one per CPU core)")
     p.add_argument("--retries", type=int, default=None, metavar="N",
                    help="resubmit a failed job up to N times (local and submitit executors)")
-    p.set_defaults(func=cmd_run)
 
+
+def _add_validate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check a spec (structure, plugins, parameters) without running")
     p.add_argument("spec", type=Path)
     p.add_argument("--set", action="append", metavar="KEY=VALUE")
-    p.add_argument("--no-optional", action="store_true",
-                   help="leave out the experiments marked `optional: true` (by default they "
-                        "run when their input files are present, else are skipped with a line)")
+    p.add_argument("--no-optional", action="store_true", help=_NO_OPTIONAL_HELP)
     p.set_defaults(func=cmd_validate)
 
+
+def _add_listings(sub: argparse._SubParsersAction) -> None:
+    """``plugins`` and ``metrics``: what is installed and registered."""
     p = sub.add_parser("plugins", help="list plugins with their summaries and parameters")
     p.add_argument("kind", nargs="?", choices=["dataset", "backbone", "selector", "recalibrator",
                                                "loss", "scheme"])
@@ -209,11 +235,33 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("metrics", help="list the registered metrics (leaderboard columns)")
     p.set_defaults(func=cmd_metrics)
 
+
+def _add_leaderboard(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("leaderboard", help="re-render the leaderboard of a results directory")
     _add_combine_options(p, "leaderboard")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=cmd_leaderboard)
 
+
+def _add_compare(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare", help="do two leaderboards agree within their noise? (exit 0 yes, 1 no)",
+        description="Compare two leaderboards (results folders, leaderboard folders, or their "
+                    "leaderboard.json / leaderboard.csv): every number where they differ beyond "
+                    "the seed-to-seed and bootstrap noise it carries, and what differs in their "
+                    "provenance. Exit 0 when they agree, 1 when they differ, 2 on bad input.")
+    p.add_argument("a", help="the first leaderboard (e.g. a committed one: leaderboards/quickstart)")
+    p.add_argument("b", help="the second leaderboard (e.g. a fresh run: results/quickstart)")
+    p.add_argument("--level", type=float, default=0.95,
+                   help="confidence of the noise band (default 0.95: 1.96 standard errors)")
+    p.add_argument("--rtol", type=float, default=1e-5,
+                   help="relative float-rounding tolerance (default 1e-5)")
+    p.add_argument("--atol", type=float, default=1e-9,
+                   help="absolute float-rounding tolerance (default 1e-9)")
+    p.set_defaults(func=cmd_compare)
+
+
+def _add_plot(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plot", help="draw the figures of a results directory into its plots/")
     _add_combine_options(p, "plots/ folder")
     p.add_argument("--beta", type=float, default=None,
@@ -222,26 +270,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", nargs="+", default=["png", "svg"], metavar="FMT",
                    help="file formats (default: png svg)")
     p.set_defaults(func=cmd_plot)
-    return parser
 
 
 def _bad_input_types() -> tuple[type[BaseException], ...]:
     from selbench.contract.inputs import InputError
     from selbench.contract.registry import PluginError
     from selbench.execution.executors import ExecutorError
+    from selbench.reporting.compare import CompareError
     from selbench.spec import SpecError
     from selbench.store.cache import CacheError
     from selbench.store.results import ResultsError
     from selbench.training.devices import DeviceError
 
     return (SpecError, PluginError, ResultsError, CacheError, InputError, ExecutorError,
-            DeviceError)
+            DeviceError, CompareError)
 
 
 def _failed_run_types() -> tuple[type[BaseException], ...]:
     from selbench.contract.data import DataError
-    from selbench.execution.runner import RunError
-    from selbench.reporting.leaderboard import LeaderboardError
+    from selbench.execution.errors import RunError
+    from selbench.reporting.loading import LeaderboardError
 
     return (RunError, DataError, LeaderboardError)
 

@@ -1,0 +1,154 @@
+"""selbench compare: two leaderboards agree within their noise, or the rows that differ are
+named, with the provenance that explains why."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+from selbench.cli import main
+from selbench.reporting.compare import CompareError, Summary, compare, render_comparison
+
+REPO = Path(__file__).resolve().parents[1]
+QUICKSTART = REPO / "leaderboards" / "quickstart"
+
+
+def _json():
+    return json.loads((QUICKSTART / "leaderboard.json").read_text())
+
+
+def _write(tmp_path: Path, data: dict, name: str = "b") -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "leaderboard.json").write_text(json.dumps(data))
+    return folder
+
+
+def _a_row(data: dict, method_index: int = 3, metric: str = "ece1"):
+    row = data["experiments"][0]["rows"][method_index]
+    return row["method"], row["metrics"][metric]["auc"]
+
+
+def test_a_leaderboard_agrees_with_itself_and_with_its_csv():
+    result = compare(QUICKSTART, QUICKSTART / "leaderboard.csv")
+    assert result.agree and result.compared > 100 and result.differences == []
+    assert result.provenance == []  # the CSV's provenance comes from the folder's run.json
+    assert render_comparison(result).endswith(f"agree: all {result.compared} numbers within their noise")
+
+
+def test_a_mean_moved_beyond_its_noise_is_named(tmp_path):
+    data = _json()
+    method, cell = _a_row(data)
+    band = 1.96 * math.hypot(*(2 * [Summary(cell["mean"], cell["std"], cell["n"],
+                                              cell["bootstrap"]["low_mean"],
+                                              cell["bootstrap"]["high_mean"], 0.95).noise()]))
+    cell["mean"] += 1.5 * band
+    result = compare(QUICKSTART, _write(tmp_path, data))
+    assert not result.agree
+    [diff] = result.differences
+    assert diff.key == ("digits-shift", method, "ece1", "auc")
+    assert diff.what.startswith("mean differs by")
+    text = render_comparison(result)
+    assert method in text and "differ: 1 of" in text
+
+
+def test_a_change_inside_the_noise_band_agrees(tmp_path):
+    """Float rounding of another build (the None row differed at 1e-8) is not a difference;
+    nor is a change well inside the seed-to-seed and bootstrap noise."""
+    data = _json()
+    for row in data["experiments"][0]["rows"]:
+        for points in row["metrics"].values():
+            for s in points.values():
+                if isinstance(s.get("mean"), float):
+                    s["mean"] += 1e-8
+    _, cell = _a_row(data)
+    cell["mean"] += 0.2 * (cell["bootstrap"]["high_mean"] - cell["bootstrap"]["low_mean"]) / 3.92
+    assert compare(QUICKSTART, _write(tmp_path, data)).agree
+
+
+def test_the_bootstrap_carries_the_noise_of_deterministic_methods(tmp_path):
+    """The None row has std 0 over seeds: only its bootstrap interval bounds the noise."""
+    data = _json()
+    row = data["experiments"][0]["rows"][0]
+    assert row["method"] == "None"
+    cell = row["metrics"]["ece1"]["auc"]
+    assert cell["std"] == 0
+    cell["mean"] += 0.001  # inside its bootstrap interval (width about 0.026)
+    assert compare(QUICKSTART, _write(tmp_path, data)).agree
+    cell["mean"] += 0.05
+    assert not compare(QUICKSTART, _write(tmp_path, data, "c")).agree
+
+
+def test_a_std_far_from_the_other_is_flagged(tmp_path):
+    data = _json()
+    _, cell = _a_row(data)
+    cell["std"] *= 20
+    [diff] = compare(QUICKSTART, _write(tmp_path, data)).differences
+    assert diff.what.startswith("std over seeds")
+
+
+def test_a_row_on_one_side_only_is_a_difference(tmp_path):
+    data = _json()
+    removed = data["experiments"][0]["rows"].pop()
+    result = compare(QUICKSTART, _write(tmp_path, data))
+    assert not result.agree
+    assert {d.what for d in result.differences} == {"only in A"}
+    assert {d.key[1] for d in result.differences} == {removed["method"]}
+
+
+def test_the_provenance_difference_is_explained(tmp_path):
+    data = _json()
+    data["provenance"]["torch"] = "2.13.0+cpu"
+    data["provenance"]["cpu"] = "Intel(R) Xeon(R) Platinum"
+    result = compare(QUICKSTART, _write(tmp_path, data))
+    assert result.agree
+    assert ("torch", _json()["provenance"]["torch"], "2.13.0+cpu") in result.provenance
+    text = render_comparison(result)
+    assert "provenance differs" in text and "2.13.0+cpu" in text
+
+
+def test_csv_only_leaderboards_compare(tmp_path):
+    with open(QUICKSTART / "leaderboard.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    altered = copy.deepcopy(rows)
+    altered[5]["mean"] = str(float(altered[5]["mean"]) + 1.0)
+    out = tmp_path / "alt.csv"
+    with open(out, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(altered)
+    [diff] = compare(QUICKSTART / "leaderboard.csv", out).differences
+    assert diff.key[:3] == (rows[5]["experiment"], rows[5]["method"], rows[5]["metric"])
+
+
+@pytest.mark.parametrize("bad", ["missing", "empty", "notjson", "wrongjson"])
+def test_unreadable_sides_are_bad_input(tmp_path, bad, capsys):
+    path = tmp_path / bad
+    if bad == "empty":
+        path.mkdir()
+    elif bad == "notjson":
+        path.mkdir()
+        (path / "leaderboard.json").write_text("{ not json")
+    elif bad == "wrongjson":
+        path.mkdir()
+        (path / "leaderboard.json").write_text("[1, 2]")
+    with pytest.raises(CompareError, match=str(path)):
+        compare(QUICKSTART, path)
+    assert main(["compare", str(QUICKSTART), str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("selbench: error:") and str(path) in err and len(err.splitlines()) == 1
+
+
+def test_cli_exit_codes(tmp_path, capsys):
+    assert main(["compare", str(QUICKSTART), str(QUICKSTART)]) == 0
+    assert "agree: all" in capsys.readouterr().out
+    data = _json()
+    _, cell = _a_row(data)
+    cell["mean"] += 1.0
+    assert main(["compare", str(QUICKSTART), str(_write(tmp_path, data))]) == 1
+    assert "differ: 1 of" in capsys.readouterr().out
+    assert main(["compare", str(QUICKSTART), str(QUICKSTART), "--level", "1.5"]) == 2
