@@ -7,6 +7,18 @@ warning on stderr naming its distribution, version and entry point; every other 
 and every spec that does not use it, works as before. Two distributions providing one name
 stay an error (it is ambiguous), and so does any failure of the built-ins.
 
+Entry-point names are not plugin names, and two distributions may well pick the same one
+(``plugins = acme_plugins``, ``plugins = other_plugins``): both are loaded (issue 29), the
+first found under the entry point's name and the next under ``<entry point>@<distribution>``
+(their :attr:`Registered.provider`; the :class:`Origin` keeps the real entry-point name), and
+their plugins then meet the rule above. The built-ins' name (``selbench_plugins``) is
+selbench's own: another distribution's entry point of that name is always registered as
+``selbench_plugins@<distribution>``, never in the built-ins' place. The same distribution found
+twice on ``sys.path`` (an egg-info next to an installed copy) is loaded once, without a word,
+as Python imports one copy. Two distributions that install one module (whose entry points
+therefore import the same object) cannot both be loaded: the second is skipped with a warning
+naming both distributions and the entry point.
+
 A factory that is a class must subclass its kind's base class (:data:`selbench.contract.api.KIND_BASES`:
 a recalibrator's factory a :class:`~selbench.contract.api.Recalibrator`, a loss's a
 :class:`~selbench.contract.api.SelectionLoss` or :class:`~selbench.contract.api.CoverageLoss`, ...). This is
@@ -27,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
@@ -185,9 +198,11 @@ class SelbenchPluginManager(pluggy.PluginManager):
         warn(f"skipped {message}")
 
     def load_setuptools_entrypoints(self, group: str, name: str | None = None) -> int:
-        """pluggy's loader (same selection: the group, optionally one name, not already
-        registered, not blocked; same ``list_plugin_distinfo``), one entry point at a time:
-        an entry point whose module fails to import or register is skipped with a warning.
+        """pluggy's loader (same selection: the group, optionally one name, not blocked; same
+        ``list_plugin_distinfo``), one entry point at a time: an entry point whose module
+        fails to import or register is skipped with a warning. An entry point whose name is
+        already registered from another distribution is registered as
+        ``<entry point>@<distribution>`` (see the module docstring).
 
         Returns the number of plugin modules loaded.
         """
@@ -205,29 +220,62 @@ class SelbenchPluginManager(pluggy.PluginManager):
                 if (
                     ep.group != group
                     or (name is not None and ep.name != name)
-                    or self.has_plugin(ep.name)  # already registered
                     or self.is_blocked(ep.name)
                 ):
                     continue
-                origin = Origin(ep.value, dist_name, version, ep.name)
-                try:
-                    plugin = ep.load()
-                except (Exception, SystemExit) as exc:
-                    self.skip(f"{origin}: {_failure(exc)}")
-                    continue
-                try:
-                    registered = self.register(plugin, name=ep.name)
-                except (Exception, SystemExit) as exc:
-                    if self.has_plugin(ep.name) and self.get_plugin(ep.name) is plugin:
-                        self.unregister(name=ep.name)  # older pluggy registers before checking
-                    self.skip(f"{origin}: cannot be registered: {_failure(exc)}")
-                    continue
-                if registered is None:  # blocked
-                    continue
-                self._plugin_distinfo.append((plugin, _distinfo(dist)))  # as pluggy's loader
-                self.origins[ep.name] = origin
-                count += 1
+                key = self.registration_name(ep.name, dist_name)
+                if key is not None:
+                    count += self._load_entry_point(ep, dist, key,
+                                                    Origin(ep.value, dist_name, version, ep.name))
         return count
+
+    def registration_name(self, entry_point: str, distribution: str) -> str | None:
+        """The name to register ``distribution``'s entry point ``entry_point`` under: its
+        own name while free (the built-ins' name only for selbench's own distribution), else
+        ``<entry point>@<distribution>``; None when it is already registered from this
+        distribution (the same distribution found twice on ``sys.path``: Python imports one
+        copy)."""
+        own = entry_point != BUILTIN_NAME or _canonical_dist(distribution) == "selbench"
+        if own and not self.has_plugin(entry_point):
+            return entry_point
+        if own and self._from(entry_point, distribution):
+            return None
+        alias = f"{entry_point}@{distribution}"
+        return None if self.has_plugin(alias) else alias
+
+    def _from(self, name: str, distribution: str | None) -> bool:
+        """Whether the module registered as ``name`` was loaded from ``distribution``."""
+        origin = self.origins.get(name)
+        return (origin is not None and distribution is not None
+                and _canonical_dist(origin.distribution or "") == _canonical_dist(distribution))
+
+    def _load_entry_point(self, ep: Any, dist: Any, key: str, origin: Origin) -> int:
+        """Import ``ep``'s module and register it as ``key``: 1, or 0 when it is skipped
+        (with a warning, unless it is a module this distribution has registered already)."""
+        try:
+            plugin = ep.load()
+        except (Exception, SystemExit) as exc:
+            self.skip(f"{origin}: {_failure(exc)}")
+            return 0
+        if self.is_registered(plugin):
+            other = self.get_name(plugin)
+            if not self._from(other, origin.distribution):
+                self.skip(f"{origin}: its module is the one already registered as {other!r} from "
+                          f"{_package(self.origin(other))}: both distributions install a "
+                          f"module {origin.module!r} and only one can be imported; uninstall one")
+            return 0
+        try:
+            registered = self.register(plugin, name=key)
+        except (Exception, SystemExit) as exc:
+            if self.has_plugin(key) and self.get_plugin(key) is plugin:
+                self.unregister(name=key)  # older pluggy registers before checking
+            self.skip(f"{origin}: cannot be registered: {_failure(exc)}")
+            return 0
+        if registered is None:  # blocked
+            return 0
+        self._plugin_distinfo.append((plugin, _distinfo(dist)))  # as pluggy's loader
+        self.origins[key] = origin
+        return 1
 
     def origin(self, name: str) -> Origin:
         """Where the plugin module registered as ``name`` comes from."""
@@ -259,6 +307,11 @@ def _dist_name_version(dist: Any) -> tuple[str, str | None]:
     return str(name or getattr(dist, "_path", "unknown distribution")), version
 
 
+def _canonical_dist(name: str) -> str:
+    """A distribution's name as packaging compares them (``My_Plugins`` is ``my-plugins``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def _origin_of(name: str, module: Any) -> Origin:
     """The :class:`Origin` of a module registered by hand (or the built-ins)."""
     mod_name = getattr(module, "__name__", None) or name
@@ -286,7 +339,8 @@ def make_plugin_manager(*, autoload: bool | None = None) -> SelbenchPluginManage
     # the built-ins are found through the same entry point a third-party package declares
     # (selbench's own distribution registers ``selbench_plugins`` in the group): the core
     # never imports them by name
-    if not pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=BUILTIN_NAME):
+    pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=BUILTIN_NAME)
+    if not pm.has_plugin(BUILTIN_NAME):
         skipped = "; ".join(pm.skipped) or (
             f"no entry point {BUILTIN_NAME!r} in group {ENTRY_POINT_GROUP!r}: is selbench "
             "installed (pip install -e .)?")

@@ -9,6 +9,7 @@ and the losses) fitted on the logits, labels and optionally features of *your* m
     confidence = est.predict_confidence(test_logits, features=test_features)
     accepted = est.accept(test_logits, features=test_features, beta=0.8)
     metrics = est.evaluate(test_logits, test_labels, features=test_features, betas=[0.8])
+    est.score(test_logits, test_labels, features=test_features)  # -metrics["ece1"][0]
 
 It is the code the runner fits every leaderboard cell with: the runner builds each cell as
 ``SelectiveRecalibrator(**method, beta=train_beta, seed=seed, device=device)``, where
@@ -16,7 +17,13 @@ It is the code the runner fits every leaderboard cell with: the runner builds ea
 estimator's :meth:`get_params` (its ``scheme``, ``selector``, ``recalibrator``, ``loss`` and
 ``coverage``). :meth:`evaluate` measures with the core's own functions
 (:func:`selbench.measure.evaluate.score` and :func:`selbench.measure.evaluate.measure`), so on the same data
-and seed its numbers are those of a leaderboard cell.
+and seed its numbers are those of a leaderboard cell. :meth:`score` (higher is better) is minus
+the selective ECE₁ at the estimator's ``beta``, so scikit-learn's model selection works
+unchanged, with no scorer argument (``GridSearchCV(SelectiveRecalibrator(...), {"recalibrator":
+["temperature", "platt"]}, cv=5).fit(logits, labels)``). ``betas``, ``beta`` and ``delta`` are
+checked up front with the metrics' own checks (:mod:`selbench.measure.validation`), for every
+selector: one that does not select (``none``) accepts everything, but an impossible coverage
+is still a ``ValueError`` naming the argument.
 
 **Parameters.** Each component is given as
 
@@ -69,6 +76,7 @@ from selbench.contract.registry import (
 )
 from selbench.measure.evaluate import check_vector, measure, score
 from selbench.measure.metrics import DEFAULT_BETAS, accept_mask
+from selbench.measure.validation import check_betas, check_delta
 
 __all__ = ["FIELDS", "ParamsError", "SelectiveRecalibrator"]
 
@@ -252,6 +260,18 @@ def _check_combination(registry, parts: dict[str, _Part | None],
     errors.extend(line.lstrip(".") for line in found)
 
 
+def _check_beta(beta: Any) -> Any:
+    """``beta`` when it is one coverage level in (0, 1] (the metrics' check,
+    :func:`~selbench.measure.validation.check_betas`), else a ``ValueError`` naming ``beta``."""
+    if isinstance(beta, (bool, np.bool_, str, bytes)) or np.ndim(beta) != 0:
+        raise ValueError(f"beta must be a single coverage level in (0, 1]; got {beta!r}")
+    try:
+        check_betas([beta])
+    except ValueError:
+        raise ValueError(f"beta must lie in (0, 1]; got {beta!r}") from None
+    return beta
+
+
 # --------------------------------------------------------------------------- estimator
 class SelectiveRecalibrator(BaseEstimator):
     """A selector g and a recalibrator h fitted together by a scheme (scikit-learn API).
@@ -283,6 +303,9 @@ class SelectiveRecalibrator(BaseEstimator):
         feature_dim_: the dimension of the features fitted on.
         features_given_: whether ``fit`` was given features (else the probabilities).
         device_: the device the fit ran on.
+
+    :meth:`score` ``(logits, labels, features=None)`` is minus the selective ECE₁ at ``beta``
+    (higher is better), scikit-learn's default score for model selection.
     """
 
     def __init__(
@@ -482,8 +505,10 @@ class SelectiveRecalibrator(BaseEstimator):
         broken by ``seed`` (:func:`selbench.measure.metrics.accept_mask`, the rule every metric
         uses); with ``delta`` the Hoeffding count. A selector that does not select
         (``none``) accepts everything."""
+        beta = _check_beta(self.beta if beta is None else beta)
+        if delta is not None:
+            check_delta(delta)
         out, _ = self._outputs(logits, None, features, labelled=False)
-        beta = self.beta if beta is None else beta
         if not self._selects():
             if len(out) == 0:
                 raise ValueError("scores must hold at least one value to choose a threshold "
@@ -502,12 +527,21 @@ class SelectiveRecalibrator(BaseEstimator):
         :data:`selbench.measure.metrics.METRICS` (``ece1``, ``ece2``, ``smece``, ``brier``,
         ``accuracy``, ``coverage``; the ranking metrics ``aurc``, ``eaurc``, ``augrc``
         repeated at each β), ``threshold`` (and ``guaranteed_coverage`` with ``delta``). ``betas`` defaults to 0.5, 0.55, ..., 1.0, the paper's AUC grid; ties
-        are broken by ``seed``.
+        are broken by ``seed``. ``betas`` (one or more levels in (0, 1]) and ``delta`` (in
+        (0, 1]) are checked first, whatever the selector: a ``ValueError`` names the argument.
         """
+        betas = [float(b) for b in check_betas(betas)]
+        if delta is not None:
+            check_delta(delta)
         out, _ = self._outputs(logits, labels, features, labelled=True)
-        if np.ndim(betas) == 0:
-            betas = [betas]
-        return self._measure(self._score(out), [float(b) for b in np.asarray(betas)], delta)
+        return self._measure(self._score(out), betas, delta)
+
+    def score(self, logits: Any, labels: Any = None, features: Any = None) -> float:
+        """Minus the selective ECE₁ at the estimator's ``beta`` on labelled data (higher is
+        better): ``-evaluate(logits, labels, features, betas=[beta])["ece1"][0]``, the score
+        scikit-learn's model selection (``GridSearchCV``, ``cross_val_score``) uses when no
+        scorer is given. Arguments as in :meth:`evaluate`."""
+        return -float(self.evaluate(logits, labels, features, betas=[self.beta])["ece1"][0])
 
     def _score(self, out: ModelOutputs) -> dict[str, np.ndarray]:
         """Per-example confidence, prediction, score and correctness, each checked

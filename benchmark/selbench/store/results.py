@@ -22,6 +22,15 @@ is reported with its path and never reused; the runner recomputes it.
 Files are written atomically (:func:`selbench.store.atomic_path`) with the permissions the
 user's umask gives, and only one process writes to a results directory at a time
 (:meth:`ResultsDir.lock`).
+
+Nothing selbench writes into a results directory ever follows a link out of it (issue 29):
+a lock file is opened with ``O_NOFOLLOW`` (and ``O_CREAT``, never truncated before it is
+held), so a lock that is a symbolic link, a hard link to another file or not a plain file is
+a :class:`ResultsError` naming it; a folder the store creates (``cells/<experiment>/...``,
+``.selbench.locks/<experiment>``) or names (``plots/<experiment>``) is refused, naming the
+link, when a symbolic link on its way leads out of the directory (a link to another folder
+inside it is fine; the directory itself may be a link); and a file written atomically onto
+a link replaces the link itself (:func:`os.replace`), never the file it points to.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -81,17 +91,51 @@ def safe_name(name: Any, what: str) -> str:
     return name
 
 
+def link_message(path: Path, root: Path | None = None) -> str:
+    """One line saying that ``path`` is a symbolic link selbench will not write through."""
+    try:
+        target = f" (to {os.readlink(path)})"
+    except OSError:
+        target = ""
+    where = f" out of the results directory {root}" if root is not None else ""
+    return (f"{path} is a symbolic link{where}{target}; selbench never writes through a link "
+            "in a results directory: remove it")
+
+
+def open_lock_file(path: Path) -> int:
+    """A descriptor of the lock file ``path``, created if absent, opened read-write without
+    following a link and without truncating it; :class:`ResultsError` naming ``path`` when it
+    is a symbolic link, a hard link to another file (more than one name) or not a plain file,
+    or cannot be opened."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if path.is_symlink():  # ELOOP (Linux), EMLINK (FreeBSD): O_NOFOLLOW refused a link
+            raise ResultsError(link_message(path)) from None
+        raise ResultsError(f"cannot open the lock file {path}: {exc.strerror or exc}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        what = ("not a plain file" if not stat.S_ISREG(info.st_mode)
+                else f"a hard link ({info.st_nlink} names) to a file that may lie elsewhere")
+        raise ResultsError(f"the lock file {path} is {what}; selbench never writes through a "
+                           "link in a results directory: remove it")
+    return fd
+
+
 @contextmanager
 def _flock(path: Path, held_message, holder: str | None = None) -> Iterator[None]:
-    """Hold an exclusive advisory lock on ``path`` (created if absent), writing ``holder``
-    (default this process's id) into it; :class:`ResultsError` with
-    ``held_message(what the holder wrote)`` when another process holds it."""
+    """Hold an exclusive advisory lock on ``path`` (created if absent, never through a link:
+    :func:`open_lock_file`), writing ``holder`` (default this process's id) into it;
+    :class:`ResultsError` with ``held_message(what the holder wrote)`` when another process
+    holds it."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows: no advisory locks, no check
         yield
         return
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    fd = open_lock_file(path)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -217,11 +261,39 @@ class ResultsDir:
         return self.root / "spec.yaml"
 
     def cell_path(self, experiment: str, method: str, seed: int, train_beta: float | None) -> Path:
+        """The cell's record; :class:`ResultsError` when a link leads its folder out of the
+        directory (see :meth:`inside`)."""
         name = f"seed{seed}" + (f"-beta{train_beta:g}" if train_beta is not None else "")
-        return self.root / "cells" / safe_name(experiment, "experiment name") / slug(method) / f"{name}.json"
+        folder = self.root / "cells" / safe_name(experiment, "experiment name") / slug(method)
+        return self.inside(folder) / f"{name}.json"
 
     def plots_dir(self, experiment: str) -> Path:
-        return self.root / "plots" / safe_name(experiment, "experiment name")
+        """The experiment's plots folder; :class:`ResultsError` when a link leads it out of
+        the directory (see :meth:`inside`)."""
+        return self.inside(self.root / "plots" / safe_name(experiment, "experiment name"))
+
+    def inside(self, folder: Path) -> Path:
+        """``folder`` (a folder under the directory, which need not exist yet) when no
+        symbolic link on its way leads out of the directory; else :class:`ResultsError`
+        naming the link."""
+        if folder.resolve().is_relative_to(self.root.resolve()):
+            return folder
+        current = self.root
+        try:
+            parts = folder.relative_to(self.root).parts
+        except ValueError:
+            parts = ()
+        for part in parts:
+            current = current / part
+            if current.is_symlink():
+                raise ResultsError(link_message(current, self.root))
+        raise ResultsError(f"{folder} leaves the results directory {self.root}")
+
+    def folder(self, folder: Path) -> Path:
+        """Create ``folder`` under the directory (with its parents) and return it, refused
+        (:class:`ResultsError` naming the link) when a link leads it out (:meth:`inside`)."""
+        self.inside(folder).mkdir(parents=True, exist_ok=True)
+        return folder
 
     def resolve(self, rel: str) -> Path:
         """``root / rel`` for a path read from run.json, refused if it leaves the directory."""
@@ -245,7 +317,8 @@ class ResultsDir:
 
     @contextmanager
     def lock(self) -> Iterator[None]:
-        """Hold the directory's write lock; another process holding it is an error."""
+        """Hold the directory's write lock; another process holding it is an error, and so
+        is a lock file that is a link (:func:`open_lock_file`)."""
         with _flock(self.root / self.LOCK, lambda holder: (
             f"another selbench run (pid {holder}) is writing to {self.root}; wait for it "
             "to finish, or use another --out")):
@@ -266,7 +339,7 @@ class ResultsDir:
         import socket
 
         path = self.method_lock_path(experiment, method)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self.folder(path.parent)
         with _flock(path, lambda holder: (
             f"the cells of method {method!r} on experiment {experiment!r} are being written "
             f"by another process (host:pid {holder}); two jobs never write the same cell"),
@@ -373,7 +446,9 @@ class ResultsDir:
 
     def write_cell(self, path: Path, record: CellRecord,
                    arrays: dict[str, np.ndarray] | None) -> CellRecord:
-        """Write the arrays (if any), then the sealed record; both atomically."""
+        """Write the arrays (if any), then the sealed record; both atomically, in a folder
+        no link leads out of the directory (:meth:`folder`)."""
+        self.folder(path.parent)
         if arrays is not None:
             npz = path.with_suffix(".npz")
             with atomic_path(npz, suffix=".npz") as tmp:

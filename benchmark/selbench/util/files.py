@@ -41,7 +41,11 @@ def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path next to ``path``; on success move it onto ``path``.
 
     The file gets the permissions the user's umask gives. On any error (a full or read-only
-    disk included) the temporary file is removed and ``path`` is left as it was.
+    disk included) the temporary file is removed and ``path`` is left as it was. A ``path``
+    that is a symbolic link is replaced by the new file, never written through: the temporary
+    file is created anew (``O_EXCL``, which follows no link) and :func:`os.replace` renames it
+    onto the link itself. (Whether ``path``'s folders may be links is the caller's rule: the
+    results store refuses those that lead out of a results directory.)
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
