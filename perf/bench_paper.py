@@ -37,7 +37,10 @@ import yaml
 from common import machine, matmul_peak, resolve_device, rule, step_flops, target
 from selbench.contract.api import Backbone, Dataset, SplitData
 from selbench.contract.data import ModelOutputs
+from selbench.execution import cells as cells_mod
 from selbench.execution import runner
+from selbench.execution.extraction import experiment_outputs
+from selbench.execution.keys import identify
 from selbench.measure.bootstrap import bootstrap_threads
 from selbench.spec import load_spec
 from selbench.store.cache import OutputCache
@@ -135,7 +138,7 @@ def fill_cache(raw: dict, cache_dir: Path, max_split: int | None) -> None:
     """Write synthetic outputs under the keys ``runner.run`` will look up."""
     resolved = load_spec(raw)
     cache = OutputCache(cache_dir)
-    ident = runner.identify(resolved, cache)
+    ident = identify(resolved, cache)
     real_build = resolved.build
     for e_i, exp in enumerate(resolved.spec.experiments):
         d, k, sizes = SHAPES[exp.name]
@@ -150,7 +153,7 @@ def fill_cache(raw: dict, cache_dir: Path, max_split: int | None) -> None:
             return real_build(kind, comp)
 
         resolved.build = build
-        runner.experiment_outputs(resolved, e_i, ident, cache, "cpu", False)
+        experiment_outputs(resolved, e_i, ident, cache, "cpu", False)
 
 
 def mlp_fwd(d: int, hidden: list[int]) -> int:
@@ -187,16 +190,7 @@ def count_flops(resolved, cells: list[dict]) -> dict[tuple[str, str], float]:
 
 
 def main(argv: list[str] | None = None) -> list[str]:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--full", action="store_true", help="the paper's epochs and split sizes")
-    ap.add_argument("--epoch-divisor", type=int, default=20)
-    ap.add_argument("--max-split", type=int, default=12_000)
-    ap.add_argument("--workdir", help="keep the cache and results here (default: a temp dir)")
-    ap.add_argument("--progress", action="store_true", help="the runner's progress bars")
-    ap.add_argument("--resamples", type=int,
-                    help="bootstrap resamples per cell (default: the spec's; 0: no intervals)")
-    args = ap.parse_args(argv)
+    args = parser().parse_args(argv)
     device = resolve_device(args.device)
     divisor = 1 if args.full else args.epoch_divisor
     max_split = None if args.full else args.max_split
@@ -213,24 +207,7 @@ def main(argv: list[str] | None = None) -> list[str]:
         fill_cache(raw, work / "cache", max_split)
         print(f"synthetic outputs cached in {time.perf_counter() - t0:.1f} s (not timed below)")
         peak = matmul_peak(device)
-        boot = [0.0]  # seconds in the cells' bootstrap intervals (CPU, part of eval_s)
-        real_intervals = runner.evaluate_intervals
-
-        def timed_intervals(*a, **kw):
-            t = time.perf_counter()
-            try:
-                return real_intervals(*a, **kw)
-            finally:
-                boot[0] += time.perf_counter() - t
-
-        runner.evaluate_intervals = timed_intervals
-        t0 = time.perf_counter()
-        try:
-            report = runner.run(load_spec(raw), out_dir=work / "results", device=device.type,
-                                cache_dir=work / "cache", progress=args.progress, plots=False)
-        finally:
-            runner.evaluate_intervals = real_intervals
-        wall = time.perf_counter() - t0
+        report, wall, boot = run_stage(raw, work, device.type, args.progress)
         peak = max(peak, matmul_peak(device))
         cells = [json.loads(p.read_text()) for p in (work / "results" / "cells").rglob("*.json")]
         resolved = load_spec(raw)
@@ -239,6 +216,62 @@ def main(argv: list[str] | None = None) -> list[str]:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
 
+    floor, t_counted = print_table(cells, flops, peak, wall, boot, report.computed)
+    lines = []
+    if device.type == "cuda":
+        lines.append(target("GPU method stage", wall < 120 and divisor == 1 and not max_split,
+                            f"{wall:.1f} s{'' if args.full else ' (shortened run)'} (< 120 s at "
+                            "the paper's sizes)"))
+    else:
+        lines.append(target("CPU method stage, fraction of the floor", floor / wall >= 0.55,
+                            f"{100 * floor / wall:.1f}% (>= 55%)"))
+        lines.append(target("CPU FLOP-counted methods, fraction of the floor",
+                            floor / t_counted >= 0.4, f"{100 * floor / t_counted:.1f}% (>= 40%)"))
+    return lines
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--full", action="store_true", help="the paper's epochs and split sizes")
+    ap.add_argument("--epoch-divisor", type=int, default=20)
+    ap.add_argument("--max-split", type=int, default=12_000)
+    ap.add_argument("--workdir", help="keep the cache and results here (default: a temp dir)")
+    ap.add_argument("--progress", action="store_true", help="the runner's progress bars")
+    ap.add_argument("--resamples", type=int,
+                    help="bootstrap resamples per cell (default: the spec's; 0: no intervals)")
+    return ap
+
+
+def run_stage(raw: dict, work: Path, device_type: str, progress: bool
+              ) -> tuple[object, float, float]:
+    """Run the spec on the cache in ``work`` into ``work / results``: the runner's report,
+    the wall seconds and the seconds spent in the cells' bootstrap intervals (CPU, part of
+    each cell's eval_s)."""
+    boot = [0.0]  # seconds in the cells' bootstrap intervals (CPU, part of eval_s)
+    real_intervals = cells_mod.evaluate_intervals
+
+    def timed_intervals(*a, **kw):
+        t = time.perf_counter()
+        try:
+            return real_intervals(*a, **kw)
+        finally:
+            boot[0] += time.perf_counter() - t
+
+    cells_mod.evaluate_intervals = timed_intervals
+    t0 = time.perf_counter()
+    try:
+        report = runner.run(load_spec(raw), out_dir=work / "results", device=device_type,
+                            cache_dir=work / "cache", progress=progress, plots=False)
+    finally:
+        cells_mod.evaluate_intervals = real_intervals
+    return report, time.perf_counter() - t0, boot[0]
+
+
+def print_table(cells: list[dict], flops: dict, peak: float, wall: float, boot: float,
+                computed: int) -> tuple[float, float]:
+    """Print FLOPs, seconds and GFLOP/s per experiment and method, and the totals; returns
+    the FLOP-bound floor and the seconds of the FLOP-counted methods."""
     secs: dict[tuple[str, str], float] = {}
     for c in cells:
         key = (c["experiment"], c["method"])
@@ -248,7 +281,7 @@ def main(argv: list[str] | None = None) -> list[str]:
     t_counted = sum(secs[k] for k in counted)
     t_other = sum(v for k, v in secs.items() if k not in counted)
     floor = total_flops / (peak * 1e9)
-    print(f"{report.computed} cells in {wall:.1f} s; matmul peak (same run) {peak:.1f} GFLOP/s")
+    print(f"{computed} cells in {wall:.1f} s; matmul peak (same run) {peak:.1f} GFLOP/s")
     print(f"{'experiment':12s} {'method':22s} {'cells':>5s} {'TFLOP':>8s} {'seconds':>8s} "
           f"{'GFLOP/s':>8s}")
     for (e, m), f in flops.items():
@@ -264,18 +297,8 @@ def main(argv: list[str] | None = None) -> list[str]:
     fit_s = sum(c["timing"]["fit_s"] for c in cells)
     eval_s = sum(c["timing"]["eval_s"] for c in cells)
     print(f"  fitting {fit_s:.1f} s; evaluating {eval_s:.1f} s, of which bootstrap intervals "
-          f"{boot[0]:.1f} s ({bootstrap_threads()} threads); the rest {wall - fit_s - eval_s:.1f} s")
-    lines = []
-    if device.type == "cuda":
-        lines.append(target("GPU method stage", wall < 120 and divisor == 1 and not max_split,
-                            f"{wall:.1f} s{'' if args.full else ' (shortened run)'} (< 120 s at "
-                            "the paper's sizes)"))
-    else:
-        lines.append(target("CPU method stage, fraction of the floor", floor / wall >= 0.55,
-                            f"{100 * floor / wall:.1f}% (>= 55%)"))
-        lines.append(target("CPU FLOP-counted methods, fraction of the floor",
-                            floor / t_counted >= 0.4, f"{100 * floor / t_counted:.1f}% (>= 40%)"))
-    return lines
+          f"{boot:.1f} s ({bootstrap_threads()} threads); the rest {wall - fit_s - eval_s:.1f} s")
+    return floor, t_counted
 
 
 def t_otherfmt(seconds: float) -> str:

@@ -73,15 +73,13 @@ import math
 import sys
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from common import best_of, machine, rule, target
+from common import machine, rule, target
+from peers_common import Report, Row, make_data, peer, softmax64, timeit, top
 
-#: a call slower than this (seconds) is timed once
-SLOW = 1.0
 #: value tolerances
 NLL_RTOL = 1e-6
 ECE_ATOL = 1e-9
@@ -91,51 +89,7 @@ GRAD_TOL = 1e-12
 N_BINS = 15
 
 
-def timeit(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
-    """Best wall time of ``repeats`` calls (one call when the first takes over SLOW s)."""
-    t, value = best_of(fn, 1)
-    if t < SLOW and repeats > 1:
-        t2, value = best_of(fn, repeats - 1)
-        t = min(t, t2)
-    return t, value
-
-
-def peer(name: str) -> Any:
-    """The peer's top-level module, or None (reported) when it is not installed."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return __import__(name)
-    except ImportError as exc:
-        print(f"  ({name} not installed: {exc}; pip install -e '.[perf]')")
-        return None
-
-
 # ------------------------------------------------------------------------------ data
-def make_data(n: int, k: int, scale: float = 2.0, temperature: float = 2.0, seed: int = 0):
-    """Float32 logits ``scale * N(0, 1)`` and labels drawn from softmax(z / temperature)."""
-    rng = np.random.default_rng([seed, n, k])
-    z = (rng.normal(size=(n, k)) * scale).astype(np.float32)
-    s = z.astype(np.float64) / temperature
-    p = np.exp(s - s.max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)
-    labels = (p.cumsum(1) < rng.random((n, 1))).sum(1).clip(0, k - 1)
-    return z, labels.astype(np.int64)
-
-
-def softmax64(z: np.ndarray) -> np.ndarray:
-    """Float64 probabilities, as ``ModelOutputs.probabilities``."""
-    z = z.astype(np.float64)
-    z = z - z.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
-
-
-def top(probs: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Top-label confidence and int64 correctness, as the peers' users would compute them."""
-    return probs.max(1), (probs.argmax(1) == labels).astype(np.int64)
-
-
 class Inputs:
     """The logits of one workload and the peers' inputs made from them, with the time
     each step takes (for the *from logits* ratio)."""
@@ -152,77 +106,6 @@ class Inputs:
                                                        repeats)
         self.t_stack, self.conf2 = timeit(
             lambda: np.stack([1.0 - self.conf, self.conf], axis=1), repeats)
-
-
-# ------------------------------------------------------------------------------ rows
-@dataclass
-class Row:
-    name: str
-    seconds: float
-    check: str = ""
-    ok: bool | None = None  # None: values not compared
-    same_definition: bool = True
-    prep: float = 0.0  # seconds to make this row's inputs from the logits
-
-
-class Report:
-    """Rows of the workloads, their ratios and the value checks that failed."""
-
-    def __init__(self) -> None:
-        self.failures: list[str] = []
-        self.ratios: dict[str, list[tuple[float, str]]] = {}
-
-    def fail_unless(self, ok: bool | None, what: str) -> None:
-        if ok is False:
-            self.failures.append(what)
-
-    def table(self, section: str, title: str, api: Row, peers: list[Row],
-              same: Row | None = None, count: bool = True, logits: bool = True) -> None:
-        """Print a workload: selbench from logits (``api``), selbench on the peers' inputs
-        (``same``; ``api`` stands for it when None, marked ``*``) and the peers. Without
-        ``logits`` (the metrics: every library takes the same inputs) only the first ratio
-        is printed. Ratios go into the section's target unless ``count`` is False."""
-        print(f"\n{title}")
-        print(f"  {'implementation':60s} {'ms':>9s} {'ms, from':>9s} {'peer/sel':>9s} "
-              f"{'peer/sel':>9s}  value check")
-        print(f"  {'':60s} {'':>9s} {'logits':>9s} {'same in':>9s} {'logits':>9s}")
-        dash = f"{'-':>9s}"
-        from_logits = f"{api.seconds * 1e3:9.2f}" if logits else dash
-        print(f"  {api.name:60s} {api.seconds * 1e3:9.2f} {from_logits} {'':9s} {'':9s}  "
-              f"{api.check}")
-        base = same if same is not None else api
-        star = "*" if same is None and logits else " "
-        if same is not None:
-            print(f"  {same.name:60s} {same.seconds * 1e3:9.2f} {'':>9s} {'':9s} {'':9s}  "
-                  f"{same.check}")
-        for row in peers:
-            ratios = [("same inputs", row.seconds / base.seconds)]
-            if logits:
-                ratios.append(("from logits", (row.seconds + row.prep) / api.seconds))
-            name = row.name + ("" if row.same_definition else " [other definition]")
-            slower = [what for what, r in ratios if r < 1.0]
-            flag = ""
-            if slower:
-                flag = (f"  <-- selbench SLOWER ({', '.join(slower)})" if count
-                        else "  <-- faster (another quantity; not a target)")
-            cols = (f"{(row.seconds + row.prep) * 1e3:9.2f} {ratios[0][1]:8.1f}x{star}"
-                    f"{ratios[1][1]:8.1f}x" if logits
-                    else f"{dash} {ratios[0][1]:8.1f}x{star}{dash}")
-            print(f"  {name:60s} {row.seconds * 1e3:9.2f} {cols}  {row.check}{flag}")
-            if count:
-                for what, r in ratios:
-                    self.ratios.setdefault(section, []).append(
-                        (r, f"{title}: {row.name} ({what})"))
-
-    def summary(self, section: str, label: str) -> list[str]:
-        rows = self.ratios.get(section)
-        if not rows:
-            return []
-        ratio, where = min(rows)
-        slower = sum(r < 1.0 for r, _ in rows)
-        return [target(f"{label}: no peer faster on any row", slower == 0,
-                       f"{slower} of {len(rows)} ratios below 1; smallest {ratio:.2f}x "
-                       f"({where})")]
 
 
 # ------------------------------------------------------------------------------ 1. temperature
@@ -325,6 +208,17 @@ def platt_workload(mode: str, n: int, repeats: int, report: Report) -> None:
     fits = [(f"selbench PlattScaling('{mode}').fit (logits)", sec,
              (rec.weight_fit_, rec.bias_fit_), 0.0)]
     sec_same, _ = timeit(lambda: fit_logistic(s, y), repeats)
+    fits += platt_peer_fits(mode, n, data, p_in, y_in, prep, repeats)
+    rows = platt_rows(mode, n, fits, s, y, report)
+    same = Row("  selbench fit_logistic (Platt inputs given)", sec_same)
+    report.table("platt", f"Platt scaling fit, {mode}, N = {n:,}, K = {k}", rows[0], rows[1:],
+                 same)
+
+
+def platt_peer_fits(mode: str, n: int, data: Inputs, p_in: np.ndarray, y_in: np.ndarray,
+                    prep: float, repeats: int) -> list[tuple[str, float, tuple, float]]:
+    """``(name, seconds, (a, b), prep seconds)`` of each installed peer's Platt fit."""
+    fits = []
     if peer("calibration") is not None:
         import calibration
 
@@ -371,6 +265,13 @@ def platt_workload(mode: str, n: int, repeats: int, report: Report) -> None:
         fits.append((f"probmetrics BinaryLogisticCalibrator('affine') "
                      f"({'probs' if mode == 'binary' else 'conf'})", sec,
                      (float(a0), float(b0)), pm_prep))
+    return fits
+
+
+def platt_rows(mode: str, n: int, fits: list, s: np.ndarray, y: np.ndarray,
+               report: Report) -> list[Row]:
+    """The rows of the fits (selbench's first), with the value checks: every log-loss
+    within NLL_RTOL of the lowest, selbench's gradient below GRAD_TOL."""
     losses = [logloss(s, y, a, b) for _, _, (a, b), _ in fits]
     best = min(losses)
     a_sel, b_sel = fits[0][2]
@@ -388,23 +289,27 @@ def platt_workload(mode: str, n: int, repeats: int, report: Report) -> None:
         else:
             detail += f"; |Δa| = {abs(a - a_sel):.1e}, |Δb| = {abs(b - b_sel):.1e}"
         rows.append(Row(name, sec, detail, ok, prep=prep_i))
-    same = Row("  selbench fit_logistic (Platt inputs given)", sec_same)
-    report.table("platt", f"Platt scaling fit, {mode}, N = {n:,}, K = {k}", rows[0], rows[1:],
-                 same)
+    return rows
 
 
 # ------------------------------------------------------------------------------ 3. binning
 def binning_workload(n: int, repeats: int, report: Report) -> None:
     from selbench import FitContext
-    from selbench_plugins.recalibrators._common import bin_means, equal_mass_edges, lookup_bins
-    from selbench_plugins.recalibrators.binning import HistogramBinning, PlattBinning
 
     k = 10
     data = Inputs(n, k, repeats)
     ctx = FitContext(seed=0)
+    histogram_binning_rows(n, k, data, ctx, repeats, report)
+    platt_binning_rows(n, k, data, ctx, repeats, report)
+
+
+def histogram_binning_rows(n: int, k: int, data: Inputs, ctx: Any, repeats: int,
+                           report: Report) -> None:
+    """Histogram binning, fit and apply: selbench vs the installed peers."""
+    from selbench_plugins.recalibrators._common import bin_means, equal_mass_edges, lookup_bins
+    from selbench_plugins.recalibrators.binning import HistogramBinning
+
     conf, correct = data.conf, data.correct
-    prep = data.t_probs + data.t_top
-    # ---- histogram binning
     sec, rec = timeit(lambda: HistogramBinning(n_bins=N_BINS).fit(data.outputs, ctx), repeats)
     fit_api = Row("selbench HistogramBinning.fit (logits)", sec, f"{len(rec.edges_)} bins")
 
@@ -420,31 +325,53 @@ def binning_workload(n: int, repeats: int, report: Report) -> None:
     apply_same = Row("  selbench values_[lookup_bins] (conf given)", sec)
     fit_rows, apply_rows = [], []
     if peer("calibration") is not None:
-        import calibration
+        histogram_calibration_rows(n, data, rec, out_sel, repeats, report, fit_rows,
+                                   apply_rows)
+    histogram_other_rows(n, data, repeats, fit_rows, apply_rows)
+    report.table("binning", f"histogram binning fit, N = {n:,}, K = {k}", fit_api, fit_rows,
+                 fit_same_row)
+    report.table("binning", f"histogram binning apply, N = {n:,}, K = {k}", apply_api,
+                 apply_rows, apply_same)
 
-        def fit_cu():
-            cal = calibration.HistogramTopCalibrator(n, N_BINS)
-            cal.train_calibration(data.probs, data.labels)
-            return cal
 
-        sec, cal = timeit(fit_cu, repeats)
-        bins = np.asarray(closure_value(cal._calibrator, "bins"), dtype=np.float64)
-        means = np.asarray(closure_value(cal._calibrator, "bin_means"))
-        same_edges = bins.shape == rec.edges_.shape and np.array_equal(bins, rec.edges_)
-        dv = float(np.max(np.abs(means - rec.values_))) if same_edges else math.inf
-        ok = same_edges and dv <= BIN_ATOL
-        report.fail_unless(ok, f"histogram binning N={n}: edges/values differ from the library")
-        fit_rows.append(Row("uncertainty-calibration HistogramTopCalibrator (probs)", sec,
-                            f"edges {'equal' if same_edges else 'DIFFER'}, values max|Δ| = "
-                            f"{dv:.1e} (<= {BIN_ATOL:g}) {'OK' if ok else 'DIFFERS'}", ok,
-                            prep=data.t_probs))
-        sec, out_cu = timeit(lambda: cal.calibrate(data.probs), repeats)
-        d = float(np.max(np.abs(out_cu - out_sel)))
-        ok = d <= BIN_ATOL
-        report.fail_unless(ok, f"histogram binning N={n}: calibrated confidences differ")
-        apply_rows.append(Row("uncertainty-calibration .calibrate (probs)", sec,
-                              f"outputs max|Δ| = {d:.1e} (<= {BIN_ATOL:g}) "
-                              f"{'OK' if ok else 'DIFFERS'}", ok, prep=data.t_probs))
+def histogram_calibration_rows(n: int, data: Inputs, rec: Any, out_sel: np.ndarray,
+                               repeats: int, report: Report, fit_rows: list[Row],
+                               apply_rows: list[Row]) -> None:
+    """uncertainty-calibration's ``HistogramTopCalibrator`` (the same definition: edges,
+    values and outputs checked) into ``fit_rows`` / ``apply_rows``."""
+    import calibration
+
+    def fit_cu():
+        cal = calibration.HistogramTopCalibrator(n, N_BINS)
+        cal.train_calibration(data.probs, data.labels)
+        return cal
+
+    sec, cal = timeit(fit_cu, repeats)
+    bins = np.asarray(closure_value(cal._calibrator, "bins"), dtype=np.float64)
+    means = np.asarray(closure_value(cal._calibrator, "bin_means"))
+    same_edges = bins.shape == rec.edges_.shape and np.array_equal(bins, rec.edges_)
+    dv = float(np.max(np.abs(means - rec.values_))) if same_edges else math.inf
+    ok = same_edges and dv <= BIN_ATOL
+    report.fail_unless(ok, f"histogram binning N={n}: edges/values differ from the library")
+    fit_rows.append(Row("uncertainty-calibration HistogramTopCalibrator (probs)", sec,
+                        f"edges {'equal' if same_edges else 'DIFFER'}, values max|Δ| = "
+                        f"{dv:.1e} (<= {BIN_ATOL:g}) {'OK' if ok else 'DIFFERS'}", ok,
+                        prep=data.t_probs))
+    sec, out_cu = timeit(lambda: cal.calibrate(data.probs), repeats)
+    d = float(np.max(np.abs(out_cu - out_sel)))
+    ok = d <= BIN_ATOL
+    report.fail_unless(ok, f"histogram binning N={n}: calibrated confidences differ")
+    apply_rows.append(Row("uncertainty-calibration .calibrate (probs)", sec,
+                          f"outputs max|Δ| = {d:.1e} (<= {BIN_ATOL:g}) "
+                          f"{'OK' if ok else 'DIFFERS'}", ok, prep=data.t_probs))
+
+
+def histogram_other_rows(n: int, data: Inputs, repeats: int, fit_rows: list[Row],
+                         apply_rows: list[Row]) -> None:
+    """probmetrics' and netcal's histogram binning (other definitions: timed, values not
+    compared) into ``fit_rows`` / ``apply_rows``."""
+    conf, correct = data.conf, data.correct
+    prep = data.t_probs + data.t_top
     if peer("probmetrics") is not None:
         from probmetrics.calibrators import BinaryHistogramBinningCalibrator
 
@@ -473,11 +400,14 @@ def binning_workload(n: int, repeats: int, report: Report) -> None:
         fit_rows.append(Row("netcal HistogramBinning (conf)", sec, note, None, False, prep))
         sec, _ = timeit(lambda: cal.transform(conf), repeats)
         apply_rows.append(Row("netcal .transform (conf)", sec, note, None, False, prep))
-    report.table("binning", f"histogram binning fit, N = {n:,}, K = {k}", fit_api, fit_rows,
-                 fit_same_row)
-    report.table("binning", f"histogram binning apply, N = {n:,}, K = {k}", apply_api,
-                 apply_rows, apply_same)
-    # ---- platt binning
+
+
+def platt_binning_rows(n: int, k: int, data: Inputs, ctx: Any, repeats: int,
+                       report: Report) -> None:
+    """Platt binning fit: selbench vs uncertainty-calibration's ``PlattBinnerTopCalibrator``
+    (checked against the library with its logistic regression solved to the optimum)."""
+    from selbench_plugins.recalibrators.binning import PlattBinning
+
     sec, prec = timeit(lambda: PlattBinning(n_bins=N_BINS).fit(data.outputs, ctx), repeats)
     api = Row("selbench PlattBinning.fit (logits)", sec, f"{len(prec.edges_)} bins")
     rows = []
@@ -568,35 +498,44 @@ def ece_workload(n: int, source: str, repeats: int, report: Report) -> None:
             detail += f", |Δ| to get_ece = {abs(v - v_uni):.1e} ([a, b) bins)"
         uniform.append(Row("netcal ECE", sec, detail, None, False))
     if peer("torchmetrics") is not None:
-        from torchmetrics.functional.classification import (
-            binary_calibration_error,
-            multiclass_calibration_error,
-        )
-
-        if source == "probabilities":
-            probs_t, labels_t = torch.from_numpy(probs), torch.from_numpy(labels)
-
-            def tm():
-                return float(multiclass_calibration_error(probs_t, labels_t, num_classes=k,
-                                                          n_bins=N_BINS, norm="l1"))
-        else:
-            conf_t, correct_t = torch.from_numpy(conf), torch.from_numpy(args[1])
-
-            def tm():
-                return float(binary_calibration_error(conf_t, correct_t, n_bins=N_BINS,
-                                                      norm="l1"))
-        sec, v = timeit(tm, repeats)
-        detail = f"ECE = {v:.12f}"
-        if v_uni is not None:
-            detail += f", |Δ| to get_ece = {abs(v - v_uni):.1e} ([a, b) bins"
-            detail += ", float32)" if source == "probabilities" else ")"
-        uniform.append(Row("torchmetrics calibration_error", sec, detail, None, False))
+        uniform.append(torchmetrics_ece_row(source, probs, labels, conf, args[1], k, v_uni,
+                                            repeats))
     report.table("ece", f"ECE_1 from {source}, equal-mass bins (the paper's), N = {n:,}",
                  sel, rows, logits=False)
     if uniform:
         report.table("ece", f"ECE_1 from {source}, uniform bins: not in selbench, timed "
                             f"for reference against its equal-mass ECE", sel, uniform,
                      count=False, logits=False)
+
+
+def torchmetrics_ece_row(source: str, probs: np.ndarray, labels: np.ndarray,
+                         conf: np.ndarray, correct: np.ndarray, k: int, v_uni: float | None,
+                         repeats: int) -> Row:
+    """torchmetrics' uniform-bin ECE (multi-class from the probabilities, binary from the
+    confidences), timed for reference, its value against ``get_ece``'s ``v_uni``."""
+    from torchmetrics.functional.classification import (
+        binary_calibration_error,
+        multiclass_calibration_error,
+    )
+
+    if source == "probabilities":
+        probs_t, labels_t = torch.from_numpy(probs), torch.from_numpy(labels)
+
+        def tm():
+            return float(multiclass_calibration_error(probs_t, labels_t, num_classes=k,
+                                                      n_bins=N_BINS, norm="l1"))
+    else:
+        conf_t, correct_t = torch.from_numpy(conf), torch.from_numpy(correct)
+
+        def tm():
+            return float(binary_calibration_error(conf_t, correct_t, n_bins=N_BINS,
+                                                  norm="l1"))
+    sec, v = timeit(tm, repeats)
+    detail = f"ECE = {v:.12f}"
+    if v_uni is not None:
+        detail += f", |Δ| to get_ece = {abs(v - v_uni):.1e} ([a, b) bins"
+        detail += ", float32)" if source == "probabilities" else ")"
+    return Row("torchmetrics calibration_error", sec, detail, None, False)
 
 
 # ------------------------------------------------------------------------------ main

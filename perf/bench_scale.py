@@ -31,18 +31,7 @@ from selbench.spec import load_spec
 
 
 def main(argv: list[str] | None = None) -> list[str]:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--full", action="store_true", help="the paper's epochs and split sizes")
-    ap.add_argument("--epoch-divisor", type=int, default=20)
-    ap.add_argument("--max-split", type=int, default=12_000)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--seeds", type=int, default=None,
-                    help="use only the first N seeds of the spec (default: all)")
-    ap.add_argument("--experiments", nargs="+", choices=list(SHAPES), default=None,
-                    help="run only these experiments of the spec (default: all four)")
-    ap.add_argument("--workdir", help="keep the cache and results here (default: a temp dir)")
-    args = ap.parse_args(argv)
+    args = parser().parse_args(argv)
     device = resolve_device(args.device)
     divisor = 1 if args.full else args.epoch_divisor
     max_split = None if args.full else args.max_split
@@ -63,24 +52,7 @@ def main(argv: list[str] | None = None) -> list[str]:
         t0 = time.perf_counter()
         fill_cache(raw, work / "cache", max_split)
         print(f"synthetic outputs cached in {time.perf_counter() - t0:.1f} s (not timed below)")
-        walls: dict[str, float] = {}
-        load = os.getloadavg()[0]
-        cells = 0
-        threads = torch.get_num_threads()
-        runs = (("inline", "inline", {}, threads), ("inline1", "inline", {}, 1),
-                ("local", "local", {"workers": args.workers}, threads))
-        for row, name, kwargs, n_threads in runs:
-            out = work / f"results-{row}"
-            torch.set_num_threads(n_threads)
-            try:
-                t0 = time.perf_counter()
-                report = runner.run(load_spec(raw), out_dir=out, device=device.type,
-                                    cache_dir=work / "cache", progress=False, plots=False,
-                                    executor=name, **kwargs)
-                walls[row] = time.perf_counter() - t0
-            finally:
-                torch.set_num_threads(threads)
-            cells = report.computed
+        walls, cells, load, threads = run_executors(raw, work, device, args.workers)
         same = all((work / f"results-{row}" / f).read_bytes()
                    == (work / "results-inline" / f).read_bytes()
                    for row in ("inline1", "local") for f in ("leaderboard.md", "leaderboard.csv"))
@@ -104,6 +76,47 @@ def main(argv: list[str] | None = None) -> list[str]:
     return [target(f"local --workers {args.workers} speed-up over the faster inline run",
                    best >= 0.6 * ideal,
                    f"{best:.2f}x (>= {0.6 * ideal:.1f}x, 60% of {ideal} cores)")]
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--full", action="store_true", help="the paper's epochs and split sizes")
+    ap.add_argument("--epoch-divisor", type=int, default=20)
+    ap.add_argument("--max-split", type=int, default=12_000)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--seeds", type=int, default=None,
+                    help="use only the first N seeds of the spec (default: all)")
+    ap.add_argument("--experiments", nargs="+", choices=list(SHAPES), default=None,
+                    help="run only these experiments of the spec (default: all four)")
+    ap.add_argument("--workdir", help="keep the cache and results here (default: a temp dir)")
+    return ap
+
+
+def run_executors(raw: dict, work: Path, device: torch.device, workers: int
+                  ) -> tuple[dict[str, float], int, float, int]:
+    """Run the spec on the cache in ``work`` inline (torch's threads, then one thread) and
+    with the local executor, each into ``work / results-<row>``: the wall times by row, the
+    cells computed, the load average before the runs and torch's thread count."""
+    walls: dict[str, float] = {}
+    load = os.getloadavg()[0]
+    cells = 0
+    threads = torch.get_num_threads()
+    runs = (("inline", "inline", {}, threads), ("inline1", "inline", {}, 1),
+            ("local", "local", {"workers": workers}, threads))
+    for row, name, kwargs, n_threads in runs:
+        out = work / f"results-{row}"
+        torch.set_num_threads(n_threads)
+        try:
+            t0 = time.perf_counter()
+            report = runner.run(load_spec(raw), out_dir=out, device=device.type,
+                                cache_dir=work / "cache", progress=False, plots=False,
+                                executor=name, **kwargs)
+            walls[row] = time.perf_counter() - t0
+        finally:
+            torch.set_num_threads(threads)
+        cells = report.computed
+    return walls, cells, load, threads
 
 
 if __name__ == "__main__":

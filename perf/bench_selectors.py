@@ -101,7 +101,6 @@ def _run(args: argparse.Namespace) -> list[str]:
         kth_neighbour_distance,
         l2_normalize,
     )
-    from sklearn.neighbors import NearestNeighbors
 
     rule(f"knn-distance, {args.n_fit:,} fitting x {args.n_eval:,} scored rows x "
          f"{args.dim:,} features, k = {args.k}: selbench vs scikit-learn")
@@ -127,15 +126,44 @@ def _run(args: argparse.Namespace) -> list[str]:
     kth_neighbour_distance(l2_normalize(ev.features), sel32.bank_, k, stats=stats)
 
     bank, queries = l2_normalize(fit.features), l2_normalize(ev.features)
+    rows = _sklearn_rows(bank, queries, k, warm, args.repeats)
+    failures = _print_rows(rows, (t32, c32, s32), (t64, c64, s64))
+    print(f"  exactness check of the float32 path: {stats['window']:,} of {args.n_eval:,} rows "
+          f"({stats['window'] / args.n_eval:.1%}) had a window of several candidates "
+          f"(ranked by exact float64 distances), {stats['float64']:,} were recomputed in "
+          "float64")
+    print(f"  load average (1 min) after the run: {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} cores (other processes inflate every time alike)")
+    if failures:
+        raise SystemExit("knn-distance values disagree with scikit-learn: "
+                         + "; ".join(failures))
+    fastest = min(t for _, t, _, _ in rows)
+    return [target(f"knn-distance {args.n_fit:,} x {args.n_eval:,} x {args.dim:,}: faster "
+                   "than scikit-learn", fastest > t32,
+                   f"{t32:.2f} s vs {fastest:.2f} s, {fastest / t32:.1f}x")]
+
+
+
+def _sklearn_rows(bank: np.ndarray, queries: np.ndarray, k: int, warm: np.ndarray,
+                  repeats: int) -> list[tuple[str, float, float, np.ndarray]]:
+    """``(name, wall s, cpu s, scores)`` of scikit-learn's brute-force and default search."""
+    from sklearn.neighbors import NearestNeighbors
+
     rows = []
     for name, params in (("scikit-learn NearestNeighbors(algorithm='brute')",
                           {"algorithm": "brute"}),
                          ("scikit-learn NearestNeighbors() (default, 'auto')", {})):
         nn = NearestNeighbors(n_neighbors=k, **params).fit(bank)
         nn.kneighbors(queries[warm])
-        t, c, (dist, _) = timeit(lambda nn=nn: nn.kneighbors(queries), args.repeats)
+        t, c, (dist, _) = timeit(lambda nn=nn: nn.kneighbors(queries), repeats)
         rows.append((name, t, c, -dist[:, k - 1]))
+    return rows
 
+
+def _print_rows(rows: list, sel32: tuple, sel64: tuple) -> list[str]:
+    """Print the timings and the value checks against scikit-learn's brute force; returns
+    the failed checks."""
+    (t32, c32, s32), (t64, c64, s64) = sel32, sel64
     failures = []
     print(f"\n  {'implementation':56s} {'wall s':>8s} {'cpu s':>8s} {'sklearn/sel':>11s} "
           f"{'(cpu)':>7s}")
@@ -153,20 +181,7 @@ def _run(args: argparse.Namespace) -> list[str]:
             failures.append(f"{name}: max difference {diff:.2e}")
     diff = float(np.max(np.abs(rows[1][3] - ref)))
     print(f"  scikit-learn default vs brute: max difference {diff:.2e}")
-    print(f"  exactness check of the float32 path: {stats['window']:,} of {args.n_eval:,} rows "
-          f"({stats['window'] / args.n_eval:.1%}) had a window of several candidates "
-          f"(ranked by exact float64 distances), {stats['float64']:,} were recomputed in "
-          "float64")
-    print(f"  load average (1 min) after the run: {os.getloadavg()[0]:.1f} on "
-          f"{os.cpu_count()} cores (other processes inflate every time alike)")
-    if failures:
-        raise SystemExit("knn-distance values disagree with scikit-learn: "
-                         + "; ".join(failures))
-    fastest = min(t for _, t, _, _ in rows)
-    return [target(f"knn-distance {args.n_fit:,} x {args.n_eval:,} x {args.dim:,}: faster "
-                   "than scikit-learn", fastest > t32,
-                   f"{t32:.2f} s vs {fastest:.2f} s, {fastest / t32:.1f}x")]
-
+    return failures
 
 if __name__ == "__main__":
     sys.exit(0 if main() is not None else 1)

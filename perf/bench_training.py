@@ -149,6 +149,16 @@ def main(argv: list[str] | None = None) -> list[str]:
           f"({args.seeds} seeds x {len(args.betas)} beta x {len(lams)} lambda)")
     peak = matmul_peak(device)
 
+    t_naive, t_solo, t_batch, t_func, t_eager = time_runs(cells, outs, epochs, device)
+    peak = max(peak, matmul_peak(device))
+    return print_report(cells, epochs, steps, flops, peak, gpu,
+                        t_naive, t_solo, t_batch, t_func, t_eager)
+
+
+def time_runs(cells: list, outs: dict, epochs: int, device: torch.device) -> tuple:
+    """Seconds of the naive loop, the solo fit, the batched fit, the batched fit through
+    ``torch.func`` and (on a GPU, else None) the batched fit without CUDA graphs, after a
+    warm-up."""
     # warm-up (first-call costs), then the timed runs
     naive(outs[0], 0, 0.8, 2, device)
     scheme(2).fit_many(jobs(cells[:2], outs, device))
@@ -161,11 +171,17 @@ def main(argv: list[str] | None = None) -> list[str]:
     t_func = timed(lambda: generic(lambda: scheme(epochs).fit_many(jobs(cells, outs, device))),
                    device)
     t_eager = None
-    if gpu:  # the same batched training with the step launched eagerly, not from CUDA graphs
+    if device.type == "cuda":
+        # the same batched training with the step launched eagerly, not from CUDA graphs
         t_eager = timed(lambda: eager(lambda: scheme(epochs).fit_many(
             jobs(cells, outs, device))), device)
-    peak = max(peak, matmul_peak(device))
+    return t_naive, t_solo, t_batch, t_func, t_eager
 
+
+def print_report(cells: list, epochs: int, steps: int, flops: int, peak: float, gpu: bool,
+           t_naive: float, t_solo: float, t_batch: float, t_func: float,
+           t_eager: float | None) -> list[str]:
+    """Print the table of the timings against the matmul peak; returns the target lines."""
     per = t_batch / len(cells)
     rows = [("naive loop", t_naive, 1), ("selbench solo fit", t_solo, 1),
             (f"selbench batched ({len(cells)} replicas)", per, len(cells)),

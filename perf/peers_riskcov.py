@@ -34,6 +34,7 @@ import math
 import warnings
 
 import numpy as np
+from peers_common import Report, Row, make_data, peer, softmax64, timeit
 
 #: value tolerances: torch-uncertainty with float64 default dtype, and as shipped (float32
 #: coverages k / N, relative rounding 6e-8)
@@ -47,7 +48,6 @@ COVERAGE = 0.8  # risk at 80% coverage, as torch-uncertainty's RiskAt80Cov
 def workload(n: int, repeats: int, report) -> None:
     """Time and check the four risk–coverage rows at ``n`` examples (K = 10)."""
     import torch
-    from bench_peers import Row, make_data, peer, softmax64, timeit
     from selbench.measure.metrics import top_label
     from selbench.measure.riskcoverage import augrc, aurc, coverage_at_risk, risk_at_coverage
 
@@ -88,34 +88,43 @@ def workload(n: int, repeats: int, report) -> None:
                   f"{value:.12f}; {sec_same * 1e3:.1f} ms from (scores, correct)")
         rows = []
         if tu is not None:
-            cls = getattr(tu, tu_name)
-
-            def run_tu(cls=cls, args=tu_args):
-                m = cls(*args)
-                m.update(probs_t, labels_t)
-                return float(m.compute())
-
-            sec_tu, v_tu = timeit(run_tu, repeats)
-            old = torch.get_default_dtype()
-            torch.set_default_dtype(torch.float64)
-            try:
-                v_tu64 = run_tu()
-            finally:
-                torch.set_default_dtype(old)
-            expected = to_tu(value)
-            d32, d64 = _dist(v_tu, expected), _dist(v_tu64, expected)
-            ok = tie_free and d32 <= TU_ATOL and d64 <= ATOL
-            report.fail_unless(ok, f"risk-coverage N={n}: torch-uncertainty {tu_name} "
-                                   f"{v_tu!r} / {v_tu64!r} (float64) vs selbench converted "
-                                   f"{expected!r}")
-            note = "tie-free data" + (", converted (anchor, 1/(1-1/N))" if not tu_args else "")
-            shown = f"{tu_name}({tu_args[0]:g})" if tu_args else tu_name
-            rows.append(Row(f"torch-uncertainty {shown} (probs, labels)", sec_tu,
-                            f"{note}: |Δ| = {d32:.1e} as shipped (<= {TU_ATOL:g}), "
-                            f"{d64:.1e} float64 (<= {ATOL:g}) {'OK' if ok else 'DIFFERS'}",
-                            ok))
+            rows.append(_tu_row(getattr(tu, tu_name), tu_name, tu_args, (probs_t, labels_t),
+                                to_tu(value), tie_free, n, repeats, report))
         report.table("riskcov", f"{title}, N = {n:,}, K = {K} (max-prob scores)", api, rows,
                      logits=False)
+
+
+def _tu_row(cls, tu_name: str, tu_args: tuple, inputs: tuple, expected: float,
+            tie_free: bool, n: int, repeats: int, report) -> Row:
+    """The row of torch-uncertainty's metric ``cls(*tu_args)`` on ``inputs`` (probabilities
+    and labels), timed as shipped and checked, as shipped and with float64 default dtype,
+    against selbench's value converted to its convention (``expected``)."""
+    import torch
+
+    probs_t, labels_t = inputs
+
+    def run_tu(cls=cls, args=tu_args):
+        m = cls(*args)
+        m.update(probs_t, labels_t)
+        return float(m.compute())
+
+    sec_tu, v_tu = timeit(run_tu, repeats)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        v_tu64 = run_tu()
+    finally:
+        torch.set_default_dtype(old)
+    d32, d64 = _dist(v_tu, expected), _dist(v_tu64, expected)
+    ok = tie_free and d32 <= TU_ATOL and d64 <= ATOL
+    report.fail_unless(ok, f"risk-coverage N={n}: torch-uncertainty {tu_name} "
+                           f"{v_tu!r} / {v_tu64!r} (float64) vs selbench converted "
+                           f"{expected!r}")
+    note = "tie-free data" + (", converted (anchor, 1/(1-1/N))" if not tu_args else "")
+    shown = f"{tu_name}({tu_args[0]:g})" if tu_args else tu_name
+    return Row(f"torch-uncertainty {shown} (probs, labels)", sec_tu,
+               f"{note}: |Δ| = {d32:.1e} as shipped (<= {TU_ATOL:g}), "
+               f"{d64:.1e} float64 (<= {ATOL:g}) {'OK' if ok else 'DIFFERS'}", ok)
 
 
 def _dist(a: float, b: float) -> float:
@@ -126,8 +135,6 @@ def _dist(a: float, b: float) -> float:
 
 if __name__ == "__main__":  # python perf/peers_riskcov.py [N]: this workload alone
     import sys
-
-    from bench_peers import Report
 
     report = Report()
     workload(int(float(sys.argv[1])) if len(sys.argv) > 1 else 1_000_000, 5, report)

@@ -2,7 +2,7 @@
 (uncertainty-calibration), a section of ``bench_peers.py``.
 
 :func:`workload` times, for one size ``n``, on the seeded synthetic data of ``bench_peers``
-(``make_data``; float64 softmax probabilities made outside the timed calls):
+(``peers_common.make_data``; float64 softmax probabilities made outside the timed calls):
 
 1. smECE of the top-label confidence and correctness, N = ``n``, K = 10 (labels from
    ``softmax(z)``): ``selbench.measure.smooth.smece`` vs ``relplot.smECE`` (the reference: values
@@ -33,6 +33,8 @@ import warnings
 from typing import Any
 
 import numpy as np
+from common import machine, rule
+from peers_common import Report, Row, make_data, peer, softmax64, timeit, top
 
 #: sizes of a full run: the leaderboard's per-coverage call size and a large one
 SIZES = (3_000, 1_000_000)
@@ -60,7 +62,6 @@ def _check(report: Any, what: str, got: float, ref: float, atol: float) -> tuple
 
 
 def smece_rows(n: int, repeats: int, report: Any) -> None:
-    from bench_peers import Row, make_data, peer, softmax64, timeit, top
     from selbench.measure.smooth import smece
 
     z, labels = make_data(n, 10, temperature=1.0)
@@ -110,7 +111,6 @@ def smece_rows(n: int, repeats: int, report: Any) -> None:
 
 
 def classwise_rows(n: int, repeats: int, report: Any) -> None:
-    from bench_peers import Row, make_data, peer, softmax64, timeit
     from selbench.measure.smooth import classwise_ece
 
     k = K_CLASSWISE
@@ -167,9 +167,6 @@ def workload(n: int, repeats: int, report: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> list[str]:
-    from bench_peers import Report
-    from common import machine, rule
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5, help="best of (calls under 1 s)")
     ap.add_argument("--quick", action="store_true", help="N = 3,000 only")

@@ -320,7 +320,7 @@ def test_top_label_equals_confidence_and_correct(k):
         z = logits(n, k, 3.0, seed=11, ties=ties)
         labels = np.random.default_rng(12).integers(0, k, n)
         out = ModelOutputs(features=np.zeros((n, 1), np.float32), logits=z, labels=labels)
-        conf, correct = binning._top_label(out)
+        conf, correct = binning.top_label(out)
         assert np.array_equal(bits(conf), bits(out.probabilities().max(axis=1)))
         assert np.array_equal(bits(correct), bits(out.correct()))
 

@@ -26,7 +26,7 @@ from typing import Annotated, Any
 import numpy as np
 import torch
 from pydantic import Field
-from selbench.contract.api import Dataset, FitContext
+from selbench.contract.api import Dataset, FitContext, SplitData
 from selbench.contract.data import DataError, ModelOutputs
 
 __all__ = [
@@ -131,8 +131,39 @@ def extract_outputs(
     describes the whole split.
     """
     data = dataset.split(split)
+    items, labels, domain, where = _rows_of(data, context, f"{name}: split {split!r}")
+    n = len(data.inputs)
+    items[0]  # fail here, in this process, if the files are missing (FileNotFoundError)
+
+    device = torch.device(context.device)
+    cuda = device.type == "cuda"
+    feats, logits, got = _run(items, step, device, batch_size=batch_size,
+                              num_workers=num_workers, amp=amp,
+                              desc=f"{name} [{split}]", progress=context.progress)
+    if not np.array_equal(got, labels):
+        raise ValueError(f"{where}: the labels yielded by the items differ from split.labels")
+    info = {"backbone": name, "split": split, "n": n}
+    info.update(meta or {})
+    if "domains" in data.meta:
+        info["domains"] = list(data.meta["domains"])
+    try:
+        return ModelOutputs(
+            features=np.concatenate(feats).astype(np.float32, copy=False),
+            logits=np.concatenate(logits).astype(np.float32, copy=False),
+            labels=labels,
+            domain=domain,
+            meta=info,
+        )
+    except DataError as exc:
+        hint = " (float16 overflow? set the backbone's amp: false)" if cuda and amp else ""
+        raise DataError(f"{where}: {exc}{hint}") from exc
+
+
+def _rows_of(data: SplitData, context: FitContext, where: str
+             ) -> tuple[Any, np.ndarray, np.ndarray | None, str]:
+    """The checked items, labels and domain of the split (of the rows ``context.rows`` when
+    it is set) and the place to name in messages."""
     items = data.inputs
-    where = f"{name}: split {split!r}"
     _check_items(items, where)
     n = len(items)
     labels = np.asarray(data.labels, dtype=np.int64)
@@ -150,9 +181,14 @@ def extract_outputs(
         labels = labels[start:stop]
         domain = None if domain is None else np.asarray(domain)[start:stop]
         where = f"{where}, rows [{start}, {stop})"
-    items[0]  # fail here, in this process, if the files are missing (FileNotFoundError)
+    return items, labels, domain, where
 
-    device = torch.device(context.device)
+
+def _run(items: Any, step: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+         device: torch.device, *, batch_size: int, num_workers: int, amp: bool, desc: str,
+         progress: bool) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+    """The batched inference pass: the float32 features and logits per batch, and the
+    labels the items yielded."""
     cuda = device.type == "cuda"
     loader = torch.utils.data.DataLoader(
         items,
@@ -171,27 +207,9 @@ def extract_outputs(
         torch.autocast("cuda", dtype=torch.float16) if cuda and amp else contextlib.nullcontext()
     )
     with torch.inference_mode(), autocast:
-        for xb, yb in tqdm(loader, desc=f"{name} [{split}]", unit="batch",
-                           disable=not context.progress):
+        for xb, yb in tqdm(loader, desc=desc, unit="batch", disable=not progress):
             f, z = step(xb.to(device, non_blocking=cuda))
             feats.append(f.float().cpu().numpy())
             logits.append(z.float().cpu().numpy())
             seen.append(np.asarray(yb, dtype=np.int64))
-    got = np.concatenate(seen)
-    if not np.array_equal(got, labels):
-        raise ValueError(f"{where}: the labels yielded by the items differ from split.labels")
-    info = {"backbone": name, "split": split, "n": n}
-    info.update(meta or {})
-    if "domains" in data.meta:
-        info["domains"] = list(data.meta["domains"])
-    try:
-        return ModelOutputs(
-            features=np.concatenate(feats).astype(np.float32, copy=False),
-            logits=np.concatenate(logits).astype(np.float32, copy=False),
-            labels=labels,
-            domain=domain,
-            meta=info,
-        )
-    except DataError as exc:
-        hint = " (float16 overflow? set the backbone's amp: false)" if cuda and amp else ""
-        raise DataError(f"{where}: {exc}{hint}") from exc
+    return feats, logits, np.concatenate(seen)

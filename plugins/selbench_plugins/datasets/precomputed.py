@@ -68,6 +68,36 @@ def _read_npz(path: Path, keys: dict[str, str]) -> tuple[dict[str, np.ndarray], 
     wrong, never a traceback from numpy or zipfile.
     """
     where = f"precomputed: {path}"
+    _check_header(path, where)
+    try:
+        z = np.load(path, allow_pickle=False)
+    except (zipfile.BadZipFile, EOFError, ValueError, KeyError) as exc:
+        raise DataError(
+            f"{where} is a truncated or damaged .npz archive: it starts like a zip file but "
+            f"its table of contents cannot be read ({type(exc).__name__}: {exc}); was it "
+            "copied or written completely?"
+        ) from exc
+    except OSError as exc:
+        raise DataError(f"{where}: cannot read the file ({exc.strerror or exc})") from exc
+    arrays: dict[str, np.ndarray] = {}
+    with z:
+        files = list(z.files)
+        for role in ROLES:
+            name = keys.get(role, role)
+            if name not in files:
+                if role in keys:
+                    raise DataError(
+                        f"{where}: keys.{role} names array {name!r}, which is not in the file; "
+                        f"it holds {_listing(files)}"
+                    )
+                continue
+            arrays[role] = _read_member(z, name, role, where)
+    return arrays, files
+
+
+def _check_header(path: Path, where: str) -> None:
+    """That ``path`` is a file which starts as a zip archive does (a DataError, or a
+    :class:`MissingOutputsFile`, saying what it is instead)."""
     if path.is_dir():
         raise DataError(f"{where} is a folder, not an .npz file")
     if not path.is_file():
@@ -95,53 +125,34 @@ def _read_npz(path: Path, keys: dict[str, str]) -> tuple[dict[str, np.ndarray], 
             f"{where} is not an .npz archive (not a zip file; it starts with {head[:8]!r}); "
             "write it with np.savez(path, labels=..., logits=...)"
         )
+
+
+def _read_member(z: Any, name: str, role: str, where: str) -> np.ndarray:
+    """The array ``name`` (read for ``role``) of the open archive ``z``."""
     try:
-        z = np.load(path, allow_pickle=False)
-    except (zipfile.BadZipFile, EOFError, ValueError, KeyError) as exc:
+        value = z[name]
+    except ValueError as exc:
+        if "allow_pickle" in str(exc) or "Object arrays" in str(exc):
+            raise DataError(
+                f"{where}: array {name!r} ({role}) is stored as pickled Python objects "
+                "(dtype=object), which selbench does not unpickle; save numbers as a "
+                "numeric array and strings as a fixed-width string array, e.g. "
+                "np.array(['val', 'test']), not dtype=object"
+            ) from exc
         raise DataError(
-            f"{where} is a truncated or damaged .npz archive: it starts like a zip file but "
-            f"its table of contents cannot be read ({type(exc).__name__}: {exc}); was it "
-            "copied or written completely?"
+            f"{where}: array {name!r} ({role}) is not a readable .npy member ({exc})"
         ) from exc
-    except OSError as exc:
-        raise DataError(f"{where}: cannot read the file ({exc.strerror or exc})") from exc
-    arrays: dict[str, np.ndarray] = {}
-    with z:
-        files = list(z.files)
-        for role in ROLES:
-            name = keys.get(role, role)
-            if name not in files:
-                if role in keys:
-                    raise DataError(
-                        f"{where}: keys.{role} names array {name!r}, which is not in the file; "
-                        f"it holds {_listing(files)}"
-                    )
-                continue
-            try:
-                value = z[name]
-            except ValueError as exc:
-                if "allow_pickle" in str(exc) or "Object arrays" in str(exc):
-                    raise DataError(
-                        f"{where}: array {name!r} ({role}) is stored as pickled Python objects "
-                        "(dtype=object), which selbench does not unpickle; save numbers as a "
-                        "numeric array and strings as a fixed-width string array, e.g. "
-                        "np.array(['val', 'test']), not dtype=object"
-                    ) from exc
-                raise DataError(
-                    f"{where}: array {name!r} ({role}) is not a readable .npy member ({exc})"
-                ) from exc
-            except (zipfile.BadZipFile, EOFError, KeyError, OSError, zlib.error) as exc:
-                raise DataError(
-                    f"{where}: array {name!r} ({role}) is truncated or damaged "
-                    f"({type(exc).__name__}: {exc}); was the file copied or written completely?"
-                ) from exc
-            if not isinstance(value, np.ndarray):  # numpy returns a non-.npy member as bytes
-                raise DataError(
-                    f"{where}: member {name!r} ({role}) is not a numpy array (.npy) but "
-                    f"{len(value)} bytes of something else; write the file with np.savez"
-                )
-            arrays[role] = value
-    return arrays, files
+    except (zipfile.BadZipFile, EOFError, KeyError, OSError, zlib.error) as exc:
+        raise DataError(
+            f"{where}: array {name!r} ({role}) is truncated or damaged "
+            f"({type(exc).__name__}: {exc}); was the file copied or written completely?"
+        ) from exc
+    if not isinstance(value, np.ndarray):  # numpy returns a non-.npy member as bytes
+        raise DataError(
+            f"{where}: member {name!r} ({role}) is not a numpy array (.npy) but "
+            f"{len(value)} bytes of something else; write the file with np.savez"
+        )
+    return value
 
 
 def _known_roles(v: dict[str, str]) -> dict[str, str]:

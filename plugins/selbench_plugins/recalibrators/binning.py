@@ -18,11 +18,11 @@ from .platt import Mode, PlattScaling, platt_inputs, platt_probability
 #: the ``n_bins`` parameter of both binning recalibrators
 NBins = Annotated[int, Field(ge=1, description="number of equal-mass bins")]
 
-#: Logit elements per block of :func:`_top_label` (a float64 block of 2 MB).
+#: Logit elements per block of :func:`top_label` (a float64 block of 2 MB).
 _TOP_BLOCK = 1 << 18
 
 
-def _top_label(outputs: ModelOutputs) -> tuple[np.ndarray, np.ndarray]:
+def top_label(outputs: ModelOutputs) -> tuple[np.ndarray, np.ndarray]:
     """``(outputs.confidence(), outputs.correct())``, the same values bit for bit, without
     forming the probability matrix.
 
@@ -74,7 +74,7 @@ class HistogramBinning(Recalibrator):
 
     def fit(self, outputs: ModelOutputs, context: FitContext) -> HistogramBinning:
         check_outputs(outputs, "recalibrator 'histogram-binning'", min_rows=1)
-        conf, correct = _top_label(outputs)
+        conf, correct = top_label(outputs)
         self.edges_ = equal_mass_edges(conf, self.n_bins)
         self.values_ = bin_means(self.edges_, conf, correct)
         return self
@@ -83,7 +83,7 @@ class HistogramBinning(Recalibrator):
         check_outputs(outputs, "recalibrator 'histogram-binning'")
         if getattr(self, "edges_", None) is None:
             raise NotFittedError("recalibrator 'histogram-binning' is not fitted; call fit first")
-        conf, _ = _top_label(outputs)
+        conf, _ = top_label(outputs)
         return self.values_[lookup_bins(self.edges_, conf)].astype(np.float64)
 
 

@@ -210,39 +210,9 @@ def minimize_on_simplex(f: Callable[[np.ndarray], tuple[float, np.ndarray, np.nd
     conditions on the simplex (no weight it leaves at 0 has a lower partial derivative
     than the ones it uses, within rounding); otherwise the optimum is inside and a damped
     Newton iteration over the plane ``sum w = 1``, kept inside the simplex, finds it."""
-    eye = np.eye(3)
     best, best_f = None, math.inf
     for i, j in ((0, 1), (0, 2), (1, 2)):
-        direction = eye[j] - eye[i]
-
-        def slope(s: float, i=i, direction=direction):
-            _, g, h = f(eye[i] + s * direction)
-            return float(g @ direction), float(direction @ h @ direction)
-
-        g0, _ = slope(0.0)
-        g1, _ = slope(1.0)
-        if g0 >= 0:
-            s = 0.0
-        elif g1 <= 0:
-            s = 1.0
-        else:
-            lo, hi, s = 0.0, 1.0, 0.5
-            for _ in range(200):
-                g, h = slope(s)
-                if g == 0.0:
-                    break
-                if g < 0:
-                    lo = s
-                else:
-                    hi = s
-                new = s - g / h if h > 0 else math.nan
-                if not lo < new < hi:
-                    new = 0.5 * (lo + hi)
-                if abs(new - s) <= 1e-15 or hi - lo <= 1e-15:
-                    s = new
-                    break
-                s = new
-        w = eye[i] + s * direction
+        w = _edge_minimum(f, i, j)
         value = f(w)[0]
         if value < best_f:
             best, best_f = w, value
@@ -252,7 +222,50 @@ def minimize_on_simplex(f: Callable[[np.ndarray], tuple[float, np.ndarray, np.nd
     scale = float(np.abs(g).max()) + 1e-300
     if (g[~used] >= lam - 1e-9 * scale).all():
         return best
-    # the optimum is inside: damped Newton in (w0, w1), w2 = 1 - w0 - w1
+    return _interior_minimum(f)
+
+
+def _edge_minimum(f: Callable[[np.ndarray], tuple[float, np.ndarray, np.ndarray]], i: int,
+                  j: int) -> np.ndarray:
+    """The minimiser of ``f`` on the edge from vertex ``i`` to vertex ``j`` of the simplex
+    (both included): safeguarded Newton on the monotone derivative along the edge."""
+    eye = np.eye(3)
+    direction = eye[j] - eye[i]
+
+    def slope(s: float):
+        _, g, h = f(eye[i] + s * direction)
+        return float(g @ direction), float(direction @ h @ direction)
+
+    g0, _ = slope(0.0)
+    g1, _ = slope(1.0)
+    if g0 >= 0:
+        s = 0.0
+    elif g1 <= 0:
+        s = 1.0
+    else:
+        lo, hi, s = 0.0, 1.0, 0.5
+        for _ in range(200):
+            g, h = slope(s)
+            if g == 0.0:
+                break
+            if g < 0:
+                lo = s
+            else:
+                hi = s
+            new = s - g / h if h > 0 else math.nan
+            if not lo < new < hi:
+                new = 0.5 * (lo + hi)
+            if abs(new - s) <= 1e-15 or hi - lo <= 1e-15:
+                s = new
+                break
+            s = new
+    return eye[i] + s * direction
+
+
+def _interior_minimum(f: Callable[[np.ndarray], tuple[float, np.ndarray, np.ndarray]]
+                      ) -> np.ndarray:
+    """The minimiser of ``f`` inside the simplex: damped Newton in ``(w0, w1)``, ``w2 = 1 -
+    w0 - w1``, from the centre, each step at most 0.99 of the way to an edge."""
     m = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]])
     w = np.full(3, 1.0 / 3.0)
     value, g, h = f(w)

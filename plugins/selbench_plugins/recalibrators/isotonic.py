@@ -12,7 +12,7 @@ from selbench.contract.data import ModelOutputs
 from sklearn.isotonic import IsotonicRegression
 
 from ._common import fit_once_per_data
-from .binning import _top_label
+from .binning import top_label
 
 
 class IsotonicCalibration(Recalibrator):
@@ -40,7 +40,7 @@ class IsotonicCalibration(Recalibrator):
 
     def fit(self, outputs: ModelOutputs, context: FitContext) -> IsotonicCalibration:
         check_outputs(outputs, "recalibrator 'isotonic'", min_rows=1)
-        conf, correct = _top_label(outputs)
+        conf, correct = top_label(outputs)
         self.isotonic_ = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0)
         self.isotonic_.fit(conf, correct)
         return self
@@ -51,5 +51,5 @@ class IsotonicCalibration(Recalibrator):
             raise NotFittedError("recalibrator 'isotonic' is not fitted; call fit first")
         if len(outputs) == 0:  # scikit-learn's predict rejects an empty array
             return np.zeros(0)
-        conf, _ = _top_label(outputs)
+        conf, _ = top_label(outputs)
         return np.clip(self.isotonic_.predict(conf).astype(np.float64), 0.0, 1.0)

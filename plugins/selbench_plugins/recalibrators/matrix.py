@@ -39,7 +39,7 @@ optimum is the same.
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 import scipy.optimize
@@ -52,6 +52,7 @@ from selbench.training.torchutils import EVAL_CHUNK, device_of
 from threadpoolctl import threadpool_limits
 
 from ._common import FittedModuleRecalibrator, one_torch_thread
+from .newton import vector_direction
 from .temperature import fit_temperature
 
 __all__ = [
@@ -71,10 +72,9 @@ __all__ = [
 BLOCK_PRECONDITIONER_MAX_K = 128
 #: Up to this many classes :func:`fit_vector_scaling` solves each Newton step with the dense
 #: ``2K x 2K`` Hessian (an ``[N, 2K]`` Gram matrix, ``O(N K^2)``, formed by row blocks of
-#: ``_GRAM_BLOCK`` elements); above, by conjugate gradients on Hessian-vector products
+#: ``2^22`` elements, :mod:`.newton`); above, by conjugate gradients on Hessian-vector products
 #: (``O(N K)`` each, but many on ill-conditioned problems).
 VECTOR_DENSE_MAX_K = 2048
-_GRAM_BLOCK = 1 << 22
 #: Default ``reg_lambda`` and ``reg_mu`` of ``matrix-scaling`` and ``dirichlet`` (our choice:
 #: the references default to no regularisation, under which these K^2 + K parameter maps
 #: overfit, or diverge on separable data, e.g. CIFAR-100 with 5,000 fitting rows). Chosen on
@@ -183,13 +183,14 @@ def fit_vector_scaling(logits: np.ndarray, labels: np.ndarray, *, intercept: boo
     the exact ``2K x 2K`` Hessian (one ``[N, 2K]`` Gram matrix: CIFAR-100, N = 5,000,
     0.2 s in all; at K = 1,000 a step costs ~1 s per 5,000 rows); above, by truncated
     conjugate gradients on exact Hessian-vector products (``O(NK)`` each), preconditioned by
-    the Hessian's diagonal. The softmax's invariance ``b -> b + c``
-    is removed by the term ``(sum_j b_j)^2 / (2K)``, which is zero at the returned optimum
-    (its intercepts sum to zero; with ``reg_mu > 0`` the optimum has that property anyway).
+    the Hessian's diagonal (:func:`~.newton.vector_direction`). The softmax's invariance
+    ``b -> b + c`` is removed by the term ``(sum_j b_j)^2 / (2K)``, which is zero at the
+    returned optimum (its intercepts sum to zero; with ``reg_mu > 0`` the optimum has that
+    property anyway).
     """
     z = _design(logits, False)
     y = _labels(labels)
-    n, k = z.shape
+    k = z.shape[1]
     gauge = 1.0 / k
     reg = 2.0 * reg_mu / k
     dense = k <= VECTOR_DENSE_MAX_K
@@ -199,56 +200,15 @@ def fit_vector_scaling(logits: np.ndarray, labels: np.ndarray, *, intercept: boo
         b = torch.zeros(k, dtype=torch.float64)
 
         def evaluate(w, b):
-            """Objective, gradient and softmax probabilities / N at ``(w, b)``."""
-            nll, res = _nll_and_residual(z * w + b, y)  # res = (p - onehot) / N
-            f = nll + 0.5 * reg * float((b * b).sum()) + 0.5 * gauge * float(b.sum()) ** 2
-            gw = (res * z).sum(0)
-            g = torch.cat([gw, res.sum(0) + reg * b + gauge * b.sum()]) if intercept else gw
-            return f, g, res.scatter_add_(1, y, torch.full(y.shape, 1.0 / n, dtype=res.dtype))
-
-        def direction(g, p):
-            """The Newton direction ``H^{-1} g`` at the probabilities ``p / N``."""
-            pz = p * z
-            if dense:
-                m = 2 * k if intercept else k
-                h = torch.zeros((m, m), dtype=torch.float64)
-                rows = max(1, _GRAM_BLOCK // m)
-                for start in range(0, n, rows):  # the Gram matrix of [p z | p], by row blocks
-                    q = pz[start:start + rows]
-                    if intercept:
-                        q = torch.cat([q, p[start:start + rows]], dim=1)
-                    h.addmm_(q.T, q, alpha=-n)
-                h.diagonal()[:k] += (pz * z).sum(0)
-                if intercept:
-                    h.diagonal()[k:] += p.sum(0) + reg
-                    cross = pz.sum(0)
-                    h.diagonal(k)[:] += cross
-                    h.diagonal(-k)[:] += cross
-                    h[k:, k:] += gauge
-                return _newton_direction(h, g)
-
-            def hess(v):
-                e = z * v[:k] + v[k:] if intercept else z * v
-                e -= (p * e).sum(dim=1, keepdim=True) * n
-                pe = p * e
-                hw = (pe * z).sum(0)
-                if not intercept:
-                    return hw
-                return torch.cat([hw, pe.sum(0) + reg * v[k:] + gauge * v[k:].sum()])
-
-            diag = (pz * z).sum(0) - (pz * pz).sum(0) * n
-            if intercept:
-                diag = torch.cat([diag, p.sum(0) - (p * p).sum(0) * n + reg + gauge])
-            # truncated Newton: a residual min(0.1, sqrt(max|g|)) of g, quadratic at the end
-            rtol = min(0.1, float(g.abs().max()) ** 0.5)
-            return _conjugate_gradients(hess, g, diag.clamp(min=1e-12 * float(diag.max())), rtol)
+            return _vector_pass(z, y, w, b, reg, gauge, intercept)
 
         f, g, p = evaluate(w, b)
         for _ in range(max_iter):
             gmax = float(g.abs().max())
             if not gmax > 1e-15:
                 break
-            d = direction(g, p)
+            d = vector_direction(z, p, g, reg=reg, gauge=gauge, intercept=intercept,
+                                 dense=dense)
             dec = float(g @ d)
             if not dec > 1e-28:
                 break
@@ -271,44 +231,17 @@ def fit_vector_scaling(logits: np.ndarray, labels: np.ndarray, *, intercept: boo
     return w.numpy().copy(), b.numpy().copy()
 
 
-def _conjugate_gradients(hess, g: torch.Tensor, diag: torch.Tensor, rtol: float,
-                         max_iter: int = 1000) -> torch.Tensor:
-    """``H^{-1} g`` by conjugate gradients on the products ``hess(v) = H v``,
-    preconditioned by ``diag`` (H's diagonal), to a residual ``rtol * max|g|``."""
-    x = torch.zeros_like(g)
-    res = g.clone()
-    zres = res / diag
-    direction = zres
-    rz = float(res @ zres)
-    target = rtol * float(g.abs().max())
-    for _ in range(max_iter):
-        hd = hess(direction)
-        curv = float(direction @ hd)
-        if not curv > 0:
-            break
-        alpha = rz / curv
-        x += alpha * direction
-        res -= alpha * hd
-        if float(res.abs().max()) <= target:
-            break
-        zres = res / diag
-        rz, rz_old = float(res @ zres), rz
-        direction = zres + (rz / rz_old) * direction
-    return x
-
-
-def _newton_direction(h: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """``h^{-1} g`` by Cholesky, with a growing diagonal shift where ``h`` is not
-    numerically positive definite."""
-    scale = float(h.diagonal().abs().max()) or 1.0
-    shift = 0.0
-    eye = torch.eye(h.shape[0], dtype=h.dtype)
-    for _ in range(20):
-        factor, info = torch.linalg.cholesky_ex(h + shift * eye if shift else h)
-        if int(info) == 0:
-            return torch.cholesky_solve(g.view(-1, 1), factor).view(-1)
-        shift = max(shift * 10.0, 1e-14 * scale)
-    return g / scale
+def _vector_pass(z: torch.Tensor, y: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
+                 reg: float, gauge: float, intercept: bool
+                 ) -> tuple[float, torch.Tensor, torch.Tensor]:
+    """Objective, gradient and softmax probabilities / N at ``(w, b)`` of
+    :func:`fit_vector_scaling` (``reg = 2 reg_mu / K``, ``gauge = 1 / K``)."""
+    n = z.shape[0]
+    nll, res = _nll_and_residual(z * w + b, y)  # res = (p - onehot) / N
+    f = nll + 0.5 * reg * float((b * b).sum()) + 0.5 * gauge * float(b.sum()) ** 2
+    gw = (res * z).sum(0)
+    g = torch.cat([gw, res.sum(0) + reg * b + gauge * b.sum()]) if intercept else gw
+    return f, g, res.scatter_add_(1, y, torch.full(y.shape, 1.0 / n, dtype=res.dtype))
 
 
 # ----------------------------------------------------------------- matrix scaling, ODIR
@@ -351,30 +284,40 @@ def fit_affine(features: np.ndarray, labels: np.ndarray, *, reg_lambda: float = 
         w0 = torch.zeros((k, k + 1), dtype=torch.float64)
         w0[:, :k].diagonal().fill_(1.0 / t)
         to_w, to_v, grad_v = _preconditioner(x1, w0, r)
-        evals = [0]
-
-        def fun(theta: np.ndarray):
-            evals[0] += 1
-            wt = to_w(torch.from_numpy(theta).view(k, k + 1))
-            f, g = _affine_pass(x1, y, wt, r)
-            return f, grad_v(g).reshape(-1).numpy()
-
-        # L-BFGS-B's own BLAS on one thread: on 2 busy cores, its threads made each of its
-        # iterations (n = 10,100, 20 corrections) take 45 ms instead of under 1 ms
-        with threadpool_limits(limits=1):
-            result = scipy.optimize.minimize(
-                fun, to_v(w0).reshape(-1).numpy(), jac=True, method="L-BFGS-B",
-                options={"maxiter": max_iter, "maxfun": 2 * max_iter, "ftol": 0.0,
-                         "gtol": 0.0, "maxcor": 20})
-        wt = to_w(torch.from_numpy(result.x).view(k, k + 1))
+        wt, result, evals = _lbfgs(x1, y, r, w0, (to_w, to_v, grad_v), max_iter)
         wt, polish = _newton_polish(x1, y, wt, r, lambda g: to_w(grad_v(g)))
         wt = _canonical(wt)
         f, g = _affine_pass(x1, y, wt, r)
     info = {"objective": f, "grad_max": float(g.abs().max()), "iterations": int(result.nit),
-            "evaluations": evals[0], "newton_steps": polish[0], "hessian_products": polish[1],
+            "evaluations": evals, "newton_steps": polish[0], "hessian_products": polish[1],
             "message": str(result.message)}
     wt = wt.numpy()
     return wt[:, :k].copy(), wt[:, k].copy(), info
+
+
+def _lbfgs(x1: torch.Tensor, y: torch.Tensor, r: torch.Tensor, w0: torch.Tensor,
+           preconditioner, max_iter: int) -> tuple[torch.Tensor, Any, int]:
+    """L-BFGS-B of :func:`fit_affine` from ``w0`` in the coordinates of ``preconditioner``
+    (``(to_w, to_v, grad_v)`` of :func:`_preconditioner`): the parameters ``[W | b]`` it
+    ends at, scipy's result and the number of evaluations."""
+    to_w, to_v, grad_v = preconditioner
+    k = w0.shape[0]
+    evals = [0]
+
+    def fun(theta: np.ndarray):
+        evals[0] += 1
+        wt = to_w(torch.from_numpy(theta).view(k, k + 1))
+        f, g = _affine_pass(x1, y, wt, r)
+        return f, grad_v(g).reshape(-1).numpy()
+
+    # L-BFGS-B's own BLAS on one thread: on 2 busy cores, its threads made each of its
+    # iterations (n = 10,100, 20 corrections) take 45 ms instead of under 1 ms
+    with threadpool_limits(limits=1):
+        result = scipy.optimize.minimize(
+            fun, to_v(w0).reshape(-1).numpy(), jac=True, method="L-BFGS-B",
+            options={"maxiter": max_iter, "maxfun": 2 * max_iter, "ftol": 0.0,
+                     "gtol": 0.0, "maxcor": 20})
+    return to_w(torch.from_numpy(result.x).view(k, k + 1)), result, evals[0]
 
 
 def _newton_polish(x1: torch.Tensor, y: torch.Tensor, wt: torch.Tensor, r: torch.Tensor,

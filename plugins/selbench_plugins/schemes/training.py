@@ -240,6 +240,50 @@ def train_part(name: str, params: Any, reps: list[_Replica], *, train_h: bool) -
     (:func:`selbench.training.engine.train_replicas`); each ends where it would trained alone, to
     float rounding (see :mod:`selbench.training.engine`)."""
     device = reps[0].job.context.torch_device()
+    reps, tables, lanes = _lane_tables(reps)
+    jobs = [r.job for r in reps]
+    need_lp = bool(jobs[0].loss.needs_log_probs)
+    trained_h = reps[0].h_module is not None
+
+    g_stack = _stack_g(reps, lanes, device)
+    modules: list[torch.nn.Module] = [g_stack]
+    h_stack = None
+    h_predicts = False
+    uses_features = False
+    dtypes = {"labels": torch.int64}
+    data = tables.to(device, dtypes)
+    if trained_h:
+        h_stack, h_predicts, uses_features = _stack_h(reps, data, need_lp, device)
+        modules.append(h_stack)
+    step_loss = _step_loss(jobs, g_stack, h_stack, h_predicts, need_lp, device)
+
+    noise = [("x", reps[0].arrays["x"].shape[1])]
+    if train_h:  # h's feature noise, drawn whether h reads the features or not
+        noise.append(("features" if uses_features else None, jobs[0].outputs.feature_dim))
+    progress = any(j.context.progress for j in jobs)
+    desc = None
+    if progress:
+        desc = (f"{name}: training g" + (" and h" if train_h else "")
+                + (f" ({len(reps)} replicas)" if len(reps) > 1 else ""))
+    train_replicas(
+        modules=modules, tables=data, source=tables.source,
+        seeds=[int(j.context.seed) for j in jobs], step_loss=step_loss,
+        epochs=int(params.epochs), batch_size=int(params.batch_size), lr=params.lr,
+        weight_decay=params.weight_decay, device=device, noise_std=float(params.noise_std),
+        noise=noise, lane_tables=("x",) if lanes is not None else (), desc=desc,
+    )
+    g_stack.write_back([r.g_module for r in reps])
+    for r in reps:
+        r.g_module.eval().to("cpu")
+    if h_stack is not None:
+        h_stack.write_back([r.h_module for r in reps])
+        for r in reps:
+            r.h_module.eval().to("cpu")
+
+
+def _lane_tables(reps: list[_Replica]) -> tuple[list[_Replica], Tables, int | None]:
+    """The replicas (reordered by lane where lanes are used), their tables, and the number
+    of lanes (None: no lanes)."""
     n = len(reps[0].job.outputs)
     tables = Tables(n)
     for r in reps:
@@ -256,34 +300,43 @@ def train_part(name: str, params: Any, reps: list[_Replica], *, train_h: bool) -
             tables = Tables(n)
             for r in reps:
                 tables.add(r.arrays)
-    jobs = [r.job for r in reps]
-    need_lp = bool(jobs[0].loss.needs_log_probs)
-    trained_h = reps[0].h_module is not None
+    return reps, tables, lanes
 
+
+def _stack_g(reps: list[_Replica], lanes: int | None, device: torch.device) -> torch.nn.Module:
+    """The replicas' selector modules as one, on ``device`` (by lanes when ``lanes``)."""
     if lanes is not None:
         split = balanced_split(lanes, device, batched_threads(device))
-        g_stack = g_cls.stacked([r.g_module for r in reps], lanes=lanes, split=split)
+        g_stack = type(reps[0].g_module).stacked([r.g_module for r in reps], lanes=lanes,
+                                                 split=split)
     else:
         g_stack = stack_selectors([r.g_module for r in reps])
-    g_stack = g_stack.to(device)
-    modules: list[torch.nn.Module] = [g_stack]
-    h_stack = None
-    h_predicts = False
-    uses_features = False
-    dtypes = {"labels": torch.int64}
-    data = tables.to(device, dtypes)
-    if trained_h:
-        h_stack = stack_recalibrators([r.h_module for r in reps]).to(device)
-        modules.append(h_stack)
-        h_predicts = bool(getattr(h_stack, "changes_prediction", False))
-        uses_features = bool(getattr(h_stack, "uses_features", True))
-        prepared = h_stack.prepare(data.pop("logits"), data["features"],
-                                   data.pop("labels") if (need_lp or h_predicts) else None)
-        if not uses_features:
-            data.pop("features")
-        data.pop("labels", None)
-        for k, v in prepared.items():
-            data[f"h.{k}"] = v
+    return g_stack.to(device)
+
+
+def _stack_h(reps: list[_Replica], data: dict[str, torch.Tensor], need_lp: bool,
+             device: torch.device) -> tuple[torch.nn.Module, bool, bool]:
+    """The replicas' trained recalibrator modules as one, on ``device``, with ``data``'s
+    logits (and labels, features where h does not read them) replaced by what h prepares
+    from them (keys ``h.*``); also whether h changes the prediction and reads the
+    features."""
+    h_stack = stack_recalibrators([r.h_module for r in reps]).to(device)
+    h_predicts = bool(getattr(h_stack, "changes_prediction", False))
+    uses_features = bool(getattr(h_stack, "uses_features", True))
+    prepared = h_stack.prepare(data.pop("logits"), data["features"],
+                               data.pop("labels") if (need_lp or h_predicts) else None)
+    if not uses_features:
+        data.pop("features")
+    data.pop("labels", None)
+    for k, v in prepared.items():
+        data[f"h.{k}"] = v
+    return h_stack, h_predicts, uses_features
+
+
+def _step_loss(jobs: list[FitJob], g_stack: torch.nn.Module, h_stack: torch.nn.Module | None,
+               h_predicts: bool, need_lp: bool, device: torch.device):
+    """``step_loss(batch)``: the summed selection and coverage losses of every replica,
+    one call per group of replicas with equal loss objects."""
     beta = torch.tensor([float(j.context.beta) for j in jobs], dtype=torch.float32,
                         device=device)
     sel_groups = [(loss, _rows(m, device)) for loss, m in _loss_groups([j.loss for j in jobs])]
@@ -309,28 +362,7 @@ def train_part(name: str, params: Any, reps: list[_Replica], *, train_h: bool) -
             return total + cov_groups[0][0](g, beta).sum()
         return total + sum(cov(g[rows], beta[rows]).sum() for cov, rows in cov_groups)
 
-    noise = [("x", reps[0].arrays["x"].shape[1])]
-    if train_h:  # h's feature noise, drawn whether h reads the features or not
-        noise.append(("features" if uses_features else None, jobs[0].outputs.feature_dim))
-    progress = any(j.context.progress for j in jobs)
-    desc = None
-    if progress:
-        desc = (f"{name}: training g" + (" and h" if train_h else "")
-                + (f" ({len(reps)} replicas)" if len(reps) > 1 else ""))
-    train_replicas(
-        modules=modules, tables=data, source=tables.source,
-        seeds=[int(j.context.seed) for j in jobs], step_loss=step_loss,
-        epochs=int(params.epochs), batch_size=int(params.batch_size), lr=params.lr,
-        weight_decay=params.weight_decay, device=device, noise_std=float(params.noise_std),
-        noise=noise, lane_tables=("x",) if lanes is not None else (), desc=desc,
-    )
-    g_stack.write_back([r.g_module for r in reps])
-    for r in reps:
-        r.g_module.eval().to("cpu")
-    if h_stack is not None:
-        h_stack.write_back([r.h_module for r in reps])
-        for r in reps:
-            r.h_module.eval().to("cpu")
+    return step_loss
 
 
 def train_jobs(name: str, params: Any, jobs: list[FitJob], *, train_h: bool) -> None:

@@ -5,6 +5,22 @@ typical examples are accepted first.
 Each is fitted on the fitting features only and scores every example on its own (no
 statistic of the scored batch): an example's score does not depend on the other rows scored
 with it.
+
+The float32 path of :func:`kth_neighbour_distance` (``precision="float32"``; a float32
+matrix product takes half the time of a float64 one on an AVX2 CPU) computes the products in
+float32 and then proves, row by row, which fitting row is the ``k``-th, so that the result
+is the float64 one. For rows of norm <= 1, every float32 product is within ``delta = gamma_d
+(1 + u)^2 + 2u + u^2`` of the exact one (``u = 2^-24``, ``gamma_d = d u / (1 - d u)``: the
+worst-case error of a length-d dot product in any summation order, Higham 2002, section 3.1,
+plus the rounding of both inputs; about ``(d + 2) u``, 1.2e-4 at d = 2,048). With ``t`` the
+``k``-th largest float32 value, the rows above ``t + 2 delta`` are then truly nearer than the
+``k``-th neighbour and those below ``t - 2 delta`` truly farther, so the ``k``-th neighbour is
+the row of rank ``k - a`` among the rows in between (the window, often the float32 ``k``-th
+alone), ``a`` the number of rows above. The window's distances are computed exactly in
+float64 (``||x - b||``) and ranked. A window that may reach beyond the ``k + extra`` largest
+float32 values sends its row to the float64 product. On the 2,048-d clustered features of
+``perf/bench_selectors.py`` about half of the rows have a window of two or more rows (their
+distances cost a few gathers) and none goes to float64.
 """
 
 from __future__ import annotations
@@ -72,22 +88,10 @@ def kth_neighbour_distance(x: np.ndarray, bank: np.ndarray, k: int, *,
     ``torch.topk`` (``np.argpartition`` took 3.9 s where it takes 0.16 s at 35,000 x 2,000),
     and the distance to that row is computed in float64 as ``||x - b||`` (no cancellation).
 
-    ``precision="float32"`` (the fast path: a float32 matrix product takes half the time of
-    a float64 one on an AVX2 CPU) computes the products in float32 and then proves, row by
-    row, which fitting row is the ``k``-th, so that the result is the float64 one. For rows
-    of norm <= 1, every float32 product is within ``delta = gamma_d (1 + u)^2 + 2u + u^2``
-    of the exact one (``u = 2^-24``, ``gamma_d = d u / (1 - d u)``: the worst-case error of
-    a length-d dot product in any summation order, Higham 2002, section 3.1, plus the
-    rounding of both inputs; about ``(d + 2) u``, 1.2e-4 at d = 2,048). With ``t`` the
-    ``k``-th largest float32 value, the rows above ``t + 2 delta`` are then truly nearer
-    than the ``k``-th neighbour and those below ``t - 2 delta`` truly farther, so the
-    ``k``-th neighbour is the row of rank ``k - a`` among the rows in between (the window,
-    often the float32 ``k``-th alone), ``a`` the number of rows above. The window's
-    distances are computed exactly in float64 (``||x - b||``) and ranked. A window that may
-    reach beyond the ``k + extra`` largest float32 values sends its row to the float64
-    product. On the 2,048-d clustered features of ``perf/bench_selectors.py`` about half of
-    the rows have a window of two or more rows (their distances cost a few gathers) and
-    none goes to float64. ``"float64"``: every product in float64.
+    ``precision="float32"`` (the fast path) computes the products in float32 and then
+    proves, row by row, which fitting row is the ``k``-th, so that the result is the float64
+    one (the proof, and the role of ``extra``: the module docstring). ``"float64"``: every
+    product in float64.
 
     ``stats``, when given, receives ``"window"`` (rows whose window held several rows) and
     ``"float64"`` (rows recomputed in float64).
@@ -105,15 +109,7 @@ def kth_neighbour_distance(x: np.ndarray, bank: np.ndarray, k: int, *,
     du = d * _U32
     fast = precision == "float32" and du < 0.5  # no useful bound past d = 8 million
     if fast:
-        bank32 = bank.astype(np.float32)
-        delta = (du / (1 - du) * (1 + _U32) ** 2 + 2 * _U32 + _U32**2) * (1 + 1e-6)
-        # ranking by the float32 x . b alone (no [rows, n] float64 array) is exact enough
-        # when the bank's norms agree (every row normalised: 1/2 to 1e-16), their spread
-        # then counting as error; else (zero rows) ||b||^2 / 2 is subtracted in float64
-        spread = float(half.max() - half.min()) if n else 0.0
-        shift = spread > delta
-        two_delta = 2.0 * (delta + (0.0 if shift else spread))
-        top_m = min(n, k + max(0, extra))
+        ranking = _Float32Ranking(bank, half, half_sq, k, du, extra)
     for start in range(0, m, block):
         xb = x[start : start + block]
         xb = l2_normalize(xb) if normalize else np.ascontiguousarray(xb, dtype=np.float64)
@@ -121,9 +117,38 @@ def kth_neighbour_distance(x: np.ndarray, bank: np.ndarray, k: int, *,
             out[start : start + len(xb)] = _exact_rows(xb, bank, half_sq, k)
             counts["float64"] += len(xb)
             continue
-        s = torch.from_numpy(xb.astype(np.float32) @ bank32.T)
-        if shift:
-            s = s.double() - half_sq
+        out[start : start + len(xb)] = ranking.distances(xb, counts)
+    if stats is not None:
+        stats.update(counts)
+    return out
+
+
+class _Float32Ranking:
+    """The float32 path of :func:`kth_neighbour_distance` for one bank (see the module
+    docstring): the bound on the float32 products' error and how many of the largest float32
+    values each row's window may use."""
+
+    def __init__(self, bank: np.ndarray, half: np.ndarray, half_sq: torch.Tensor, k: int,
+                 du: float, extra: int):
+        n = bank.shape[0]
+        self.bank, self.half_sq, self.k, self.n = bank, half_sq, k, n
+        self.bank32 = bank.astype(np.float32)
+        delta = (du / (1 - du) * (1 + _U32) ** 2 + 2 * _U32 + _U32**2) * (1 + 1e-6)
+        # ranking by the float32 x . b alone (no [rows, n] float64 array) is exact enough
+        # when the bank's norms agree (every row normalised: 1/2 to 1e-16), their spread
+        # then counting as error; else (zero rows) ||b||^2 / 2 is subtracted in float64
+        spread = float(half.max() - half.min()) if n else 0.0
+        self.shift = spread > delta
+        self.two_delta = 2.0 * (delta + (0.0 if self.shift else spread))
+        self.top_m = min(n, k + max(0, extra))
+
+    def distances(self, xb: np.ndarray, counts: dict[str, int]) -> np.ndarray:
+        """The ``k``-th neighbour distances of the float64 rows ``xb``; ``counts`` gets the
+        rows that needed a window or the float64 product."""
+        bank, k, n, top_m, two_delta = self.bank, self.k, self.n, self.top_m, self.two_delta
+        s = torch.from_numpy(xb.astype(np.float32) @ self.bank32.T)
+        if self.shift:
+            s = s.double() - self.half_sq
         vals, pos = torch.topk(s, top_m, dim=1)
         vals, pos = vals.numpy().astype(np.float64), pos.numpy()
         kth = vals[:, k - 1 : k]
@@ -140,12 +165,9 @@ def kth_neighbour_distance(x: np.ndarray, bank: np.ndarray, k: int, *,
             counts["window"] += len(rows)
         rows = np.flatnonzero(overflow)
         if len(rows):
-            dist[rows] = _exact_rows(xb[rows], bank, half_sq, k)
+            dist[rows] = _exact_rows(xb[rows], bank, self.half_sq, k)
             counts["float64"] += len(rows)
-        out[start : start + len(xb)] = dist
-    if stats is not None:
-        stats.update(counts)
-    return out
+        return dist
 
 
 def _distances(x: np.ndarray, bank: np.ndarray, rows: np.ndarray, cols: np.ndarray,

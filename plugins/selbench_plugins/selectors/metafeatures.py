@@ -343,25 +343,7 @@ class _Fitted:
         n_folds = max(2, min(int(folds), n // 2))
         parts = np.array_split(perm, n_folds)
         forest_seeds = rng.integers(0, 2**31 - 1, size=n_folds + 1)
-        crossed = [f for f in ("one-class-svm", "isolation-forest", "lof") if f in emb]
-        for f in crossed:
-            cols[f] = np.empty(n, dtype=np.float64)
-        for i, held in enumerate(parts):
-            train = np.setdiff1d(np.arange(n), held)  # sorted: as fitting on those rows
-            d2_tt = d2[np.ix_(train, train)]
-            d2_ht = d2[np.ix_(held, train)]
-            if "one-class-svm" in emb:
-                idx, coef, gamma = _fit_svm(d2_tt, x64[train])
-                cols["one-class-svm"][held] = np.exp(-gamma * d2_ht[:, idx]) @ coef
-            if "isolation-forest" in emb:
-                forest = _fit_forest(x[train], int(forest_seeds[i]))
-                cols["isolation-forest"][held] = forest.score_samples(x[held])
-            if "lof" in emb:
-                np.fill_diagonal(d2_tt, np.inf)
-                k = min(lof_neighbors, len(train) - 1)
-                kdist, lrd = _lof_reference(d2_tt, k)
-                cols["lof"][held] = _lof_query(_k_smallest(d2_ht, k, ordered=True), kdist,
-                                               lrd, k)
+        _cross_fit(cols, emb, x, x64, d2, parts, forest_seeds, lof_neighbors)
 
         # the detectors that score evaluation rows: fitted on all fitting rows
         if "one-class-svm" in emb:
@@ -426,6 +408,35 @@ class _Fitted:
                 out["one-class-svm"][rows] = np.exp(
                     -self.svm_gamma * d2[:, self.svm_index]) @ self.svm_coef
         return out
+
+
+def _cross_fit(cols: dict[str, np.ndarray], emb: tuple[str, ...], x: np.ndarray,
+               x64: np.ndarray, d2: np.ndarray, parts: list[np.ndarray],
+               forest_seeds: np.ndarray, lof_neighbors: int) -> None:
+    """The cross-fitted columns of ``emb`` (one-class SVM, Isolation Forest, LOF) into
+    ``cols``: each fold of ``parts`` scored by detectors fitted on the other folds (the
+    standardised fitting embedding ``x``, its float64 copy ``x64`` and their squared
+    distances ``d2``)."""
+    n = x.shape[0]
+    crossed = [f for f in ("one-class-svm", "isolation-forest", "lof") if f in emb]
+    for f in crossed:
+        cols[f] = np.empty(n, dtype=np.float64)
+    for i, held in enumerate(parts):
+        train = np.setdiff1d(np.arange(n), held)  # sorted: as fitting on those rows
+        d2_tt = d2[np.ix_(train, train)]
+        d2_ht = d2[np.ix_(held, train)]
+        if "one-class-svm" in emb:
+            idx, coef, gamma = _fit_svm(d2_tt, x64[train])
+            cols["one-class-svm"][held] = np.exp(-gamma * d2_ht[:, idx]) @ coef
+        if "isolation-forest" in emb:
+            forest = _fit_forest(x[train], int(forest_seeds[i]))
+            cols["isolation-forest"][held] = forest.score_samples(x[held])
+        if "lof" in emb:
+            np.fill_diagonal(d2_tt, np.inf)
+            k = min(lof_neighbors, len(train) - 1)
+            kdist, lrd = _lof_reference(d2_tt, k)
+            cols["lof"][held] = _lof_query(_k_smallest(d2_ht, k, ordered=True), kdist,
+                                           lrd, k)
 
 
 # ---------------------------------------------------------------------- detector maths
