@@ -61,6 +61,10 @@ Workloads and value checks (the run fails when a check fails):
 6. AURC, AUGRC, coverage at risk and risk at coverage, N = 1,000,000, vs torch-uncertainty
    (values compared on tie-free data, where the definitions agree after its (1 - 1/N)
    normalisation): ``perf/peers_riskcov.py``.
+7. The CalArena recalibrators: ``sms`` / ``svs`` fits (N = 5,000, K = 10 and 100) vs
+   probmetrics' ``SMSCalibrator`` / ``SVSCalibrator`` (our objective no higher), and
+   ``venn-abers`` fit and apply (N = 5,000 / 50,000 / 200,000) vs the ``venn-abers``
+   package (values within 1e-12): ``perf/peers_calarena.py``.
 
 ``pip install -e '.[perf]'`` installs the peers; a peer that is missing is reported and
 skipped.
@@ -539,7 +543,7 @@ def torchmetrics_ece_row(source: str, probs: np.ndarray, labels: np.ndarray,
 
 
 # ------------------------------------------------------------------------------ main
-SECTIONS = ("temperature", "platt", "binning", "ece", "smooth", "riskcov")
+SECTIONS = ("temperature", "platt", "binning", "ece", "smooth", "riskcov", "calarena")
 
 
 def main(argv: list[str] | None = None) -> list[str]:
@@ -598,6 +602,12 @@ def run(args: argparse.Namespace) -> list[str]:
              "torch-uncertainty")
         peers_riskcov.workload(n, args.repeats, report)
         summary += report.summary("riskcov", "risk-coverage metrics")
+    if "calarena" in sections:
+        import peers_calarena
+
+        rule("7. CalArena recalibrators: sms / svs vs probmetrics, venn-abers vs its package")
+        peers_calarena.workload(args.repeats, report, quick=not big)
+        summary += report.summary("calarena", "sms / svs / venn-abers")
     if report.failures:
         raise SystemExit("values disagree beyond the stated tolerance:\n  "
                          + "\n  ".join(report.failures))

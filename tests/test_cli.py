@@ -21,10 +21,10 @@ def test_plugins_lists_every_method_with_parameters(kind, capsys):
     listed = {line.split()[0] for line in out.splitlines() if line.startswith("  ") and not line.startswith("      ")}
     assert set(PAPER_PLUGINS[kind]) <= listed
     if kind == "scheme":
-        assert "      epochs: int (default 1000)" in out
+        assert "      epochs: int (default 1000; tuned over {25, 50, 100, 200, 500, 1000})" in out
         assert "      fit_on: Literal['all', 'accepted'] (default 'all')" in out
     if kind == "selector":
-        assert "      hidden: list[int] (default [128, 128])" in out
+        assert "      hidden: list[int] (default [128, 128]; tuned over {[64], [128], [128, 128]})" in out
 
 
 def test_run_then_rerender_leaderboard(write_spec, tmp_path, capsys):
@@ -41,8 +41,8 @@ def test_run_then_rerender_leaderboard(write_spec, tmp_path, capsys):
     assert (out / "leaderboard.md").read_text() == md
 
 
-def test_leaderboard_of_a_non_results_dir_exits_1(tmp_path, capsys):
-    assert main(["leaderboard", str(tmp_path)]) == 1
+def test_leaderboard_of_a_non_results_dir_exits_2(tmp_path, capsys):
+    assert main(["leaderboard", str(tmp_path)]) == 2  # bad input
     assert "no run.json" in capsys.readouterr().err
 
 

@@ -70,7 +70,7 @@ def test_defaults_are_the_papers_method(data):
     est = SelectiveRecalibrator()
     assert est.get_params() == {
         "selector": "mlp", "recalibrator": "temperature", "scheme": "joint", "loss": "s-tlbce",
-        "coverage": "quadratic", "beta": 0.8, "seed": 0, "device": "auto"}
+        "coverage": "quadratic", "beta": 0.8, "seed": 0, "device": "auto", "classifier": None}
     (z, y, x), _ = data
     est.set_params(scheme={"name": "joint", "params": {"epochs": 2}}).fit(z, y, features=x)
     names = {k: type(getattr(est, k + "_")).__name__
@@ -122,8 +122,8 @@ def test_plain_recalibration_is_temperature_scaling(data):
     (dict(selector="mpl"), "selector.name: unknown selector 'mpl'; did you mean 'mlp'?"),
     (dict(scheme={"name": "joint", "params": {"lr": "fast"}}), "scheme.params.lr: Input "
      "should be a valid number"),
-    (dict(scheme={"name": "joint", "params": {"epoch": 3}}), "scheme.params.epoch: Extra "
-     "inputs are not permitted"),
+    (dict(scheme={"name": "joint", "params": {"epoch": 3}}), "scheme.params.epoch: unknown "
+     "key 'epoch'; did you mean 'epochs'? valid keys: epochs, batch_size"),
     (dict(scheme={"name": "joint", "parameters": {}}), "scheme: unknown key(s) 'parameters'"),
     (dict(selector="confidence"), "selector.name: scheme 'joint' trains the selector through "
      "its loss; selector 'confidence' is not trainable (trainable selectors: meta-features, mlp)"),
@@ -171,7 +171,8 @@ def test_from_method_takes_a_spec_method_with_the_specs_defaults():
          "recalibrator": {"name": "temperature"}}, seed=3)
     assert est.get_params() == {"scheme": {"name": "recalibration"}, "selector": "none",
                                 "recalibrator": {"name": "temperature"}, "loss": None,
-                                "coverage": None, "beta": 0.8, "seed": 3, "device": "auto"}
+                                "coverage": None, "beta": 0.8, "seed": 3, "device": "auto",
+                                "classifier": None}
     with pytest.raises(ParamsError, match="colour: not a field of a method"):
         SelectiveRecalibrator.from_method({"scheme": "joint", "colour": "red"})
 
@@ -269,8 +270,11 @@ def test_evaluate_is_the_cores_measurement(data):
     got = est.evaluate(z2, y2, x2)
     out = ModelOutputs(features=x2, logits=z2, labels=y2)
     names = (est.names_["recalibrator"], est.names_["selector"])
-    want = measure(score(out, est.recalibrator_, est.selector_, names), list(DEFAULT_BETAS),
-                   delta=None, seed=2)
+    arrays = score(out, est.recalibrator_, est.selector_, names)
+    # temperature defines the recalibrated distribution: its metrics are measured too
+    arrays.update(log_probs=est.predict_log_proba(out), labels=out.labels)
+    want = measure(arrays, list(DEFAULT_BETAS), delta=None, seed=2)
+    assert {"nll_full", "classwise_ece"} <= set(want)
     assert got.keys() == want.keys()
     for key in want:
         np.testing.assert_array_equal(got[key], want[key], err_msg=key)
@@ -329,7 +333,7 @@ def test_bad_arrays_get_the_data_contracts_errors(data):
     with pytest.raises(DataError, match="look like probabilities"):
         est.fit(probs, np.zeros(10, dtype=int))
     with pytest.raises(DataError, match=r"^labels: values must lie in \[0, 4\)"):
-        est.fit(z, y + 4)
+        est.fit(z, np.where(np.arange(len(y)) == 0, 9, y))  # 5 distinct labels for K = 4
     with pytest.raises(DataError, match=r"^labels: required"):
         est.fit(z)
     with pytest.raises(DataError, match=r"^logits: expected a 2-D array"):
@@ -398,7 +402,7 @@ def test_each_quickstart_method_is_its_estimator(tmp_path):
         # the runner's estimator of a cell: the canonical YAML method (defaults filled in)
         runners = cells_mod._Method(resolved, 0, m_i).estimator(3, 0.5, "cpu").get_params()
         assert runners == {**{k: v for k, v in canonical[m_i].items() if k != "label"},
-                           "beta": 0.5, "seed": 3, "device": "cpu"}
+                           "beta": 0.5, "seed": 3, "device": "cpu", "classifier": None}
         est = SelectiveRecalibrator.from_method(method, beta=0.5, seed=3, device="cpu")
         yaml_fields = {k: v for k, v in method.items() if k != "label"}
         assert {k: v for k, v in est.get_params().items() if k in yaml_fields} == yaml_fields

@@ -392,7 +392,7 @@ def test_capabilities_follow_the_types():
             if issubclass(reg.get("recalibrator", n).plugin.factory,
                           DifferentiableRecalibrator)} == {
         "none", "temperature", "platt", "mlp", "beta", "ensemble-temperature",
-        "vector-scaling", "matrix-scaling", "dirichlet"}
+        "vector-scaling", "matrix-scaling", "dirichlet", "sms", "svs"}
 
 
 def test_a_capability_that_contradicts_the_type_is_refused():

@@ -393,27 +393,32 @@ def test_cifar100_vector_scaling_against_torch_uncertainty(tu):
     assert np.abs(softmax(z * w) - softmax(z * theirs)).max() < 1e-6
 
 
+#: the regularisation the torch-uncertainty comparisons were measured at (the default until
+#: it was re-chosen on outputs no leaderboard reports)
+TU_REG = 1e4
+
+
 def test_cifar100_dirichlet_odir_against_torch_uncertainty(tu):
     """Their ``DirichletScaler(lambda_reg, mu_reg)`` minimises our objective (ODIR with the
-    paper's normalisation, ``log_softmax`` inputs): at our default lambda = mu = 1e4, their
+    paper's normalisation, ``log_softmax`` inputs): at lambda = mu = 1e4, their
     fit as shipped ends 1.0e-2 above our objective (probabilities up to 0.16 apart), and their
     loss's gradient at our optimum is at rounding level. (Run to convergence with a line
     search, their fit comes within 1e-9 of our objective, probabilities within 1.6e-4, in
     100 s: not run here; on CIFAR-10 it is, below.)"""
     z, y = cifar(CIFAR100)
-    w, b, info = fit_affine(z, y, reg_lambda=DEFAULT_REG, reg_mu=DEFAULT_REG, log_softmax=True)
+    w, b, info = fit_affine(z, y, reg_lambda=TU_REG, reg_mu=TU_REG, log_softmax=True)
     x = log_softmax(z)
     ours = reference_objective(np.concatenate([w.ravel(), b]), x, y, "affine",
-                               DEFAULT_REG, DEFAULT_REG)[0]
+                               TU_REG, TU_REG)[0]
     assert ours == pytest.approx(info["objective"], rel=1e-13)
     assert ours == pytest.approx(0.80448949, abs=1e-8)
-    shipped = tu.DirichletScaler(num_classes=100, lambda_reg=DEFAULT_REG, mu_reg=DEFAULT_REG)
+    shipped = tu.DirichletScaler(num_classes=100, lambda_reg=TU_REG, mu_reg=TU_REG)
     shipped.fit(loader(z.astype(np.float32), y), progress=False)
     theirs = np.concatenate([shipped.inv_temperature_weight.detach().double().numpy().ravel(),
                              shipped.inv_temperature_bias.detach().double().numpy()])
-    assert ours < reference_objective(theirs, x, y, "affine", DEFAULT_REG, DEFAULT_REG)[0] - 1e-3
+    assert ours < reference_objective(theirs, x, y, "affine", TU_REG, TU_REG)[0] - 1e-3
     seen = tu.capture()
-    at_ours = tu.DirichletScaler(num_classes=100, lambda_reg=DEFAULT_REG, mu_reg=DEFAULT_REG)
+    at_ours = tu.DirichletScaler(num_classes=100, lambda_reg=TU_REG, mu_reg=TU_REG)
     at_ours.inv_temperature_weight = torch.nn.Parameter(torch.from_numpy(w.copy()))
     at_ours.inv_temperature_bias = torch.nn.Parameter(torch.from_numpy(b.copy()))
     at_ours.fit(loader(z, y), progress=False)
@@ -427,20 +432,20 @@ def test_cifar10_dirichlet_odir_against_torch_uncertainty_converged(tu):
     strong-Wolfe line search, float64) reaches our optimum: objective 5e-11 above ours,
     probabilities within 1.0e-5 (as shipped: 4.5e-3 above, 0.089 apart)."""
     z, y = cifar(CIFAR10)
-    w, b, info = fit_affine(z, y, reg_lambda=DEFAULT_REG, reg_mu=DEFAULT_REG, log_softmax=True)
+    w, b, info = fit_affine(z, y, reg_lambda=TU_REG, reg_mu=TU_REG, log_softmax=True)
     x = log_softmax(z)
     ours = reference_objective(np.concatenate([w.ravel(), b]), x, y, "affine",
-                               DEFAULT_REG, DEFAULT_REG)[0]
+                               TU_REG, TU_REG)[0]
     assert ours == pytest.approx(0.272098066420, abs=1e-11)
     tu.converge()
-    scaler = tu.DirichletScaler(num_classes=10, lambda_reg=DEFAULT_REG, mu_reg=DEFAULT_REG)
+    scaler = tu.DirichletScaler(num_classes=10, lambda_reg=TU_REG, mu_reg=TU_REG)
     scaler.inv_temperature_weight = torch.nn.Parameter(torch.eye(10, dtype=torch.float64))
     scaler.inv_temperature_bias = torch.nn.Parameter(torch.zeros(10, dtype=torch.float64))
     scaler.fit(loader(z, y), progress=False)
     theirs_w = scaler.inv_temperature_weight.detach().numpy()
     theirs_b = scaler.inv_temperature_bias.detach().numpy()
     theirs = reference_objective(np.concatenate([theirs_w.ravel(), theirs_b]), x, y, "affine",
-                                 DEFAULT_REG, DEFAULT_REG)[0]
+                                 TU_REG, TU_REG)[0]
     assert ours <= theirs < ours + 1e-9
     assert np.abs(softmax(x @ w.T + b) - softmax(x @ theirs_w.T + theirs_b)).max() < 3e-5
 
@@ -503,19 +508,28 @@ def test_cifar10_matrix_scaling_against_both(tu, pm):
 
 def test_cifar100_plugins_on_held_out_rows():
     """Fitted on one half of the DenseNet CIFAR-100 outputs, evaluated on the other: NLL of
-    the calibrated probabilities (uncalibrated 1.226): here the 2K parameters of vector
-    scaling overfit (0.880 against temperature scaling's 0.876), ODIR-regularised Dirichlet
-    calibration at its defaults does best (0.874)."""
+    the calibrated probabilities (uncalibrated 1.226). The default regularisation (1e2) was
+    chosen on the WideResNet records, not these (leaderboards/beyond reports them): here it
+    overfits (1.159); at lambda = mu = 1e4, which tuning on these outputs would find, the 2K
+    parameters of vector scaling overfit (0.880 against temperature scaling's 0.876) and
+    ODIR-regularised Dirichlet calibration does best (0.874)."""
     z, y = cifar(CIFAR100)
     z_ev, y_ev = cifar(CIFAR100, half=1)
     fit = ModelOutputs(features=np.exp(z), logits=z.astype(np.float32), labels=y)
     ev = ModelOutputs(features=np.exp(z_ev), logits=z_ev.astype(np.float32), labels=y_ev)
-    nll = {}
-    for name in ("temperature", *NAMES):
-        rec = build(name).fit(fit, CTX)
+
+    def held_out_nll(name, params=None):
+        rec = build(name, params).fit(fit, CTX)
         with torch.no_grad():
             _, lp = rec.module(ev, CTX)(torch.tensor(ev.logits), None)
-        nll[name] = -float(lp.double()[np.arange(len(y_ev)), y_ev].mean())
+        return -float(lp.double()[np.arange(len(y_ev)), y_ev].mean())
+
+    assert held_out_nll("dirichlet") == pytest.approx(1.1589, abs=2e-3)  # DEFAULT_REG = 1e2
+    strong = {"reg_lambda": 1e4, "reg_mu": 1e4}
+    nll = {"temperature": held_out_nll("temperature"),
+           "vector-scaling": held_out_nll("vector-scaling"),
+           "matrix-scaling": held_out_nll("matrix-scaling", strong),
+           "dirichlet": held_out_nll("dirichlet", strong)}
     assert nll["dirichlet"] == pytest.approx(0.8739, abs=2e-4)
     assert nll["matrix-scaling"] == pytest.approx(nll["dirichlet"], abs=1e-3)  # z = log p
     assert nll["vector-scaling"] == pytest.approx(0.8801, abs=2e-4)

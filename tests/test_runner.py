@@ -12,6 +12,7 @@ import pytest
 from conftest import REPO, tiny_spec
 from selbench.execution import cells as cells_mod
 from selbench.execution.runner import RunError, run
+from selbench.spec import SpecError
 from selbench.store.cache import default_cache_dir
 from selbench.training.devices import DeviceError, resolve_device
 
@@ -166,7 +167,9 @@ def test_hoeffding_guarantee_is_recorded(tmp_path):
 
 
 def test_misbehaving_plugin_and_bad_sizes_are_named(tmp_path, monkeypatch):
-    with pytest.raises(RunError, match=r"experiments\[0\].n_fit: n_fit=5000 but the fitting split has only 400"):
+    # an n_fit larger than its split is bad input, caught when the spec is loaded (the
+    # dataset declares its split sizes), before anything runs
+    with pytest.raises(SpecError, match=r"experiments\[0\].n_fit: 5000 examples asked, but split 'val' of dataset 'theory-mixture' has only 400"):
         run(tiny_spec(n_fit=5000), out_dir=tmp_path / "a", progress=False, plots=False)
     from selbench_plugins.selectors.baselines import NoSelector
 

@@ -7,6 +7,7 @@ import pytest
 from conftest import REPO, tiny_spec
 from selbench.cli import main
 from selbench.spec import SpecError, apply_overrides, load_spec
+from selbench.spec.model import MethodSpec
 
 
 def _errors(spec_or_path):
@@ -51,7 +52,10 @@ def test_wrong_parameter_type_is_checked_against_the_plugins_own_model():
 def test_unknown_parameter_of_a_plugin():
     spec = tiny_spec()
     spec["experiments"][0]["dataset"]["params"]["val_sise"] = 10
-    assert _errors(spec) == ["experiments[0].dataset.params.val_sise: Extra inputs are not permitted"]
+    assert _errors(spec) == [
+        "experiments[0].dataset.params.val_sise: unknown key 'val_sise'; did you mean "
+        "'val_size'? valid keys: dim, theta_norm, theta_direction, sigma, alpha, r1, r2, mix, "
+        "train_size, val_size, test_size, seed"]
 
 
 def test_missing_and_extra_fields():
@@ -60,7 +64,8 @@ def test_missing_and_extra_fields():
     spec["experiments"][0]["methods"][0]["colour"] = "red"
     assert _errors(spec) == [
         "experiments[0].fit_split: Field required",
-        "experiments[0].methods[0].colour: Extra inputs are not permitted",
+        "experiments[0].methods[0].colour: unknown key 'colour'; valid keys: "
+        + ", ".join(MethodSpec.model_fields),
     ]
 
 
@@ -89,7 +94,7 @@ def test_broken_yaml_names_the_line(tmp_path):
     path = tmp_path / "broken.yaml"
     path.write_text("spec_version: 1\nname: x\nexperiments: [\n  {name: a\n")
     errs = _errors(path)
-    assert len(errs) == 1 and errs[0].startswith("<yaml> (line ")
+    assert len(errs) == 1 and errs[0].startswith(f"{path}, line ")
 
 
 def test_overrides_by_index_and_by_name():
@@ -171,4 +176,4 @@ def test_cli_broken_yaml_exit_2(tmp_path, capsys):
     path = Path(tmp_path) / "b.yaml"
     path.write_text("a: [1, 2\n")
     assert main(["run", str(path)]) == 2
-    assert "<yaml> (line" in capsys.readouterr().err
+    assert f"{path}, line 2, column 1: not valid YAML" in capsys.readouterr().err

@@ -87,20 +87,20 @@ CASES = [
      [f"{M0}.recalibrator.name: scheme 'joint' trains the recalibrator with the selector and "
       "needs a differentiable one; recalibrator 'histogram-binning' is not "
       "(differentiable recalibrators: beta, dirichlet, "
-      "ensemble-temperature, matrix-scaling, mlp, none, platt, temperature, vector-scaling)"]),
+      "ensemble-temperature, matrix-scaling, mlp, none, platt, sms, svs, temperature, vector-scaling)"]),
     ("s-mce-after-a-binning-recalibrator",
      tiny_spec(methods=[method(scheme=scheme("sequential"), loss={"name": "s-mce"},
                                recalibrator={"name": "histogram-binning"})]),
      [f"{M0}.loss.name: loss 's-mce' needs the recalibrator's log-probabilities, which "
       "recalibrator 'histogram-binning' does not provide (losses that do not need them: "
       "s-mmce, s-tlbce; recalibrators that provide them: beta, dirichlet, "
-      "ensemble-temperature, matrix-scaling, none, platt, temperature, vector-scaling)"]),
+      "ensemble-temperature, matrix-scaling, none, platt, sms, svs, temperature, vector-scaling)"]),
     ("s-mce-with-the-mlp-recalibrator",
      tiny_spec(methods=[method(loss={"name": "s-mce"}, recalibrator={"name": "mlp"})]),
      [f"{M0}.loss.name: loss 's-mce' needs the recalibrator's log-probabilities, which "
       "recalibrator 'mlp' does not provide (losses that do not need them: s-mmce, s-tlbce; "
       "recalibrators that provide them: beta, dirichlet, "
-      "ensemble-temperature, matrix-scaling, none, platt, temperature, vector-scaling)"]),
+      "ensemble-temperature, matrix-scaling, none, platt, sms, svs, temperature, vector-scaling)"]),
     ("selection-with-a-recalibrator-that-needs-fitting",
      tiny_spec(methods=[method(scheme=scheme("selection"))]),
      [f"{M0}.recalibrator.name: scheme 'selection' uses the recalibrator as given, without "
@@ -144,9 +144,9 @@ CASES = [
      ["{path}: not UTF-8 text: byte 0xe9 at byte offset 25 (line 2, column 10); save the "
       "spec as UTF-8"]),
     ("nested-too-deep", b"spec_version: 1\nname: x\ndescription: " + b"[" * 5000 + b"]" * 5000,
-     ["<yaml> (line 3, column 77): nested more than 64 levels deep"]),
+     ["{path}, line 3, column 77: nested more than 64 levels deep"]),
     ("control-character", b"spec_version: 1\nname: \"a\x07\"\n",
-     ["<yaml> (line 2, column 9): unacceptable character U+0007 (special characters are "
+     ["{path}, line 2, column 9: unacceptable character U+0007 (special characters are "
       "not allowed)"]),
     ("alias-bomb",
      b"a: &a [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n" + b"".join(

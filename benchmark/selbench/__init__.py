@@ -6,7 +6,11 @@ base classes (:class:`Dataset`, :class:`Backbone`, :class:`Selector`, :class:`Re
 :class:`TrainableSelector` and :class:`DifferentiableRecalibrator`, :class:`ModelOutputs`,
 :class:`FitContext`, the input checks (:func:`check_outputs`, :func:`check_confidence`,
 :func:`check_features`, :class:`NotFittedError`) and the :data:`hookimpl` marker; the
-conformance kit is :mod:`selbench.testing`. Metrics live in :mod:`selbench.measure.metrics`.
+conformance kit is :mod:`selbench.testing` (it needs no pytest: :func:`selbench.testing.check_plugin`
+runs anywhere). For a jointly trainable recalibrator: :class:`ModuleRecalibrator` (the base
+that keeps a live torch module in ``module_``) and :func:`run_module` (run a module on numpy
+arrays in eval mode); both import torch, so they load on first use. Metrics live in
+:mod:`selbench.metrics`.
 
 For scikit-learn users: :class:`SelectiveRecalibrator` (:mod:`selbench.library.estimator`) fits a
 method on your own arrays; :func:`run` runs a spec.
@@ -34,6 +38,7 @@ from selbench.contract.api import (
 from selbench.contract.data import DataError, ModelOutputs
 from selbench.contract.hookspecs import hookimpl, hookspec
 from selbench.contract.inputs import InputDir, InputFile
+from selbench.contract.search import Tune
 from selbench.util.version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover - imported lazily by __getattr__ below
@@ -44,6 +49,8 @@ if TYPE_CHECKING:  # pragma: no cover - imported lazily by __getattr__ below
         check_outputs,
     )
     from selbench.library.estimator import SelectiveRecalibrator
+    from selbench.training.recalibrator import ModuleRecalibrator
+    from selbench.training.torchutils import run_module
 
 
 
@@ -70,6 +77,14 @@ def __getattr__(name):
         from selbench.library.estimator import SelectiveRecalibrator
 
         return SelectiveRecalibrator
+    if name == "ModuleRecalibrator":  # these import torch: only when asked for
+        from selbench.training.recalibrator import ModuleRecalibrator
+
+        return ModuleRecalibrator
+    if name == "run_module":
+        from selbench.training.torchutils import run_module
+
+        return run_module
     if name in _CHECKS:
         from selbench.contract import checks
 
@@ -87,6 +102,7 @@ __all__ = [
     "InputDir",
     "InputFile",
     "ModelOutputs",
+    "ModuleRecalibrator",
     "NoParams",
     "NotFittedError",
     "Params",
@@ -98,12 +114,14 @@ __all__ = [
     "Selector",
     "SplitData",
     "TrainableSelector",
+    "Tune",
     "__version__",
     "check_confidence",
     "check_features",
     "check_outputs",
     "params_model",
     "run",
+    "run_module",
     "hookimpl",
     "hookspec",
 ]

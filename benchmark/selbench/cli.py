@@ -121,11 +121,12 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         print(f"{kind} ({len(entries)})")
         for entry in entries:
             plugin = entry.plugin
-            print(f"  {plugin.name:<20} {plugin.describe()}  [{entry.provider}]")
+            print(f"  {plugin.name:<20} {plugin.describe()}  [{entry.package_name}]")
             ref = plugin.reference()
             if ref:
                 print(f"      reference: {ref}")
             inputs = declared_inputs(plugin.params)
+            space = entry.search_space()
             for fname, finfo in plugin.params.model_fields.items():
                 default = "required" if finfo.is_required() else f"default {finfo.get_default(call_default_factory=True)!r}"
                 ann = _type_name(finfo.annotation)
@@ -134,7 +135,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
                     if not finfo.is_required() and finfo.get_default() is None:
                         ann += " | None"
                 desc = f" — {finfo.description}" if finfo.description else ""
-                print(f"      {fname}: {ann} ({default}){desc}")
+                tune = f"; tuned over {space[fname].describe()}" if fname in space else ""
+                print(f"      {fname}: {ann} ({default}{tune}){desc}")
         print()
     return EXIT_OK
 
@@ -218,9 +220,18 @@ def _add_executor_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_validate(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("validate", help="check a spec (structure, plugins, parameters) without running")
-    p.add_argument("spec", type=Path)
-    p.add_argument("--set", action="append", metavar="KEY=VALUE")
+    p = sub.add_parser(
+        "validate", help="check a spec (structure, plugins, parameters) without running",
+        description="Check a spec without computing anything: its YAML, structure and keys, "
+                    "every plugin and parameter, the combinations' capabilities, and every "
+                    "declared input file (opened enough to catch what `run` would reject, "
+                    "e.g. a damaged .npz, or an n_fit larger than its split where the split "
+                    "size is known without running a backbone). Exit 0 when valid, 2 with one "
+                    "line per problem otherwise.")
+    p.add_argument("spec", type=Path, help="YAML spec, e.g. specs/quickstart.yaml")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a spec value before checking, as for `run`, e.g. "
+                        "--set seeds=[0,1] --set experiments[0].n_fit=200")
     p.add_argument("--no-optional", action="store_true", help=_NO_OPTIONAL_HELP)
     p.set_defaults(func=cmd_validate)
 
@@ -313,8 +324,11 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args([a for a in argv if a != "--debug"])
     except SystemExit as exc:  # argparse: --help, --version, usage errors
         return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
+    from selbench.util.warnlines import warning_lines
+
     try:
-        return args.func(args)
+        with warning_lines():  # "selbench: warning: ..." lines, once each
+            return args.func(args)
     except KeyboardInterrupt:
         _err("interrupted; finished cells are saved, rerun the same command to resume")
         return 130

@@ -7,6 +7,15 @@ It assembles the public names of :mod:`selbench.measure.metrics` and
 """
 
 from selbench.measure.bootstrap import bootstrap_ci
+from selbench.measure.classic import (
+    ece_equal_width,
+    fpr_at_tpr,
+    mce,
+    nll,
+    nll_full,
+    selector_auroc,
+)
+from selbench.measure.guarantee import binomial_upper_bound, sgr
 from selbench.measure.metrics import (
     DEFAULT_BETAS,
     DEFAULT_COLUMNS,
@@ -35,8 +44,33 @@ from selbench.measure.metrics import (
     thresholds,
     top_label,
 )
+from selbench.measure.rcstats import (
+    augrc_ba,
+    aurc_achievable,
+    aurc_ba,
+    eaugrc,
+    eaurc_achievable,
+    partial_aurc,
+)
+from selbench.measure.reliability import clopper_pearson, signed_ce
 
 __all__ = [
+    "augrc_ba",
+    "aurc_achievable",
+    "aurc_ba",
+    "binomial_upper_bound",
+    "clopper_pearson",
+    "eaugrc",
+    "eaurc_achievable",
+    "partial_aurc",
+    "sgr",
+    "signed_ce",
+    "ece_equal_width",
+    "fpr_at_tpr",
+    "mce",
+    "nll",
+    "nll_full",
+    "selector_auroc",
     "DEFAULT_BETAS",
     "SmoothReliability",
     "DEFAULT_COLUMNS",

@@ -75,6 +75,10 @@ plugin's factory when that is a class (a factory function declares nothing):
 class                     attribute                                            default
 ========================  ===================================================  ===========
 :class:`Dataset`          ``input_kind``: what ``SplitData.inputs`` holds      ``None``
+:class:`Dataset`          ``split_sizes()``: each split's size, known          ``None``
+                          without loading the data (checks ``n_fit``)
+any kind                  ``check_inputs()``: opens the declared input files   no check
+                          enough to catch what a run would reject
 :class:`Backbone`         ``input_kinds``: the input kinds it can read         ``None``
 :class:`Backbone`         ``shardable``: ``extract`` honours                   ``False``
                           ``FitContext.rows``
@@ -245,6 +249,15 @@ class Dataset(PluginBase, abc.ABC):
     @abc.abstractmethod
     def split(self, name: str) -> SplitData:
         """Load one split. Raise ``FileNotFoundError`` saying where to get missing data."""
+
+    def split_sizes(self) -> dict[str, int] | None:
+        """The number of examples of every split, when it is known cheaply — from the
+        parameters or a file's header, without loading the data or running a backbone;
+        ``None`` (the default) when it is not. A capability: ``selbench validate`` (and
+        ``run``, before any computation) then checks the spec's ``fit_split`` /
+        ``eval_split`` names and ``n_fit`` against it. Raise a ``ValueError`` naming the
+        file for an input :meth:`split` would reject."""
+        return None
 
 
 class Backbone(PluginBase, abc.ABC):

@@ -199,6 +199,15 @@ class PluginBase:
             out[name] = value
         return out
 
+    def check_inputs(self) -> None:
+        """Open the input files and folders this plugin declares (:class:`InputFile`,
+        :func:`InputDir`) just enough to catch what it would reject when it runs (a damaged
+        archive, a missing member, inconsistent shapes): read headers and tables of
+        contents, not the data. Raise a ``ValueError`` (e.g. a ``DataError``) naming the
+        file. ``selbench validate`` (and ``run``, before any computation) calls it on each
+        plugin that overrides it, built with its spec's params and resolved paths, after the
+        core has checked that the inputs exist; the default checks nothing more."""
+
     def set_params(self, **params: Any) -> PluginBase:
         """Set parameters (``name__param`` for a nested estimator's); returns ``self``."""
         names = self._param_names()

@@ -41,6 +41,7 @@ import difflib
 import os
 import re
 import sys
+import typing
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -50,6 +51,7 @@ from pydantic import BaseModel, ValidationError
 
 from selbench.contract import hookspecs
 from selbench.contract.api import KIND_BASES, KINDS, Plugin
+from selbench.contract.search import Tune, declared_space
 
 __all__ = [
     "AUTOLOAD_ENV",
@@ -131,6 +133,15 @@ class Registered:
         return self.origin.distribution if self.origin else None
 
     @property
+    def package_name(self) -> str:
+        """Who provides the plugin, as a user installed it: a third party's distribution
+        name (``pip install <it>``), not its entry point's; ``selbench_plugins`` for the
+        built-ins (and the registration name when no distribution is known)."""
+        if self.provider == BUILTIN_NAME or self.origin is None or not self.origin.distribution:
+            return self.provider
+        return self.origin.distribution
+
+    @property
     def distribution_version(self) -> str | None:
         return self.origin.version if self.origin else None
 
@@ -138,6 +149,11 @@ class Registered:
         """The plugin for messages: ``recalibrator 'beta' (my-plugins 0.3)``."""
         where = self.origin.package() if self.origin else self.provider
         return f"{self.kind} {self.name!r} ({where})"
+
+    def search_space(self) -> dict[str, Tune]:
+        """Parameter -> the default search space its signature declares (a :class:`Tune` in
+        the parameter's ``Annotated`` metadata); empty when nothing is tunable."""
+        return declared_space(self.plugin.params)
 
     def validate_params(self, params: dict[str, Any] | None) -> BaseModel:
         """Validate ``params`` against the plugin's model (raises pydantic ValidationError)."""
@@ -457,6 +473,15 @@ class Registry:
                 out[reg.provider] = reg.plugin.version
         return dict(sorted(out.items()))
 
+    def packages(self) -> dict[str, str | None]:
+        """Providing package (:attr:`Registered.package_name`: a third party's distribution)
+        -> version, for provenance records and ``selbench plugins``."""
+        out: dict[str, str | None] = {}
+        for kind in KINDS:
+            for reg in self._by_kind[kind].values():
+                out[reg.package_name] = reg.plugin.version
+        return dict(sorted(out.items()))
+
     @staticmethod
     def _check_kind(kind: str) -> None:
         if kind not in KINDS:
@@ -523,8 +548,11 @@ def get_registry(*, refresh: bool = False) -> Registry:
     return _cached_registry(autoload)
 
 
-def format_validation_error(exc: ValidationError, prefix: str) -> list[str]:
-    """Pydantic errors as ``prefix.loc: message`` lines (``loc`` in YAML-path form)."""
+def format_validation_error(exc: ValidationError, prefix: str,
+                            model: type[BaseModel] | None = None) -> list[str]:
+    """Pydantic errors as ``prefix.loc: message`` lines (``loc`` in YAML-path form). With
+    the ``model`` validated, an unknown key says which valid name it is close to ("did you
+    mean ...") and lists the valid names, as an unknown plugin name does."""
     lines = []
     for err in exc.errors():
         path = prefix
@@ -533,5 +561,49 @@ def format_validation_error(exc: ValidationError, prefix: str) -> list[str]:
                 path += f"[{part}]"
             else:
                 path += f".{part}" if path else str(part)
-        lines.append(f"{path}: {err['msg']}" if path else err["msg"])
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden" and model is not None and err["loc"]:
+            known = _field_names_at(model, err["loc"][:-1])
+            if known is not None:
+                msg = unknown_key_message(str(err["loc"][-1]), known)
+        lines.append(f"{path}: {msg}" if path else msg)
     return lines
+
+
+def unknown_key_message(name: str, known: list[str]) -> str:
+    """``unknown key 'seed'; did you mean 'seeds'? valid keys: ...``."""
+    msg = f"unknown key {name!r}"
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    if close:
+        msg += "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+    else:
+        msg += ";"
+    return msg + (f" valid keys: {', '.join(known)}" if known else " it takes no keys")
+
+
+def _field_names_at(model: Any, loc: tuple) -> list[str] | None:
+    """The field names of the pydantic model found at ``loc`` inside ``model`` (through
+    lists and optional fields; a list's index keeps its item's model), or None when it
+    cannot be told."""
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not _is_model(model) or part not in model.model_fields:
+            return None
+        model = _inner_model(model.model_fields[part].annotation)
+    return list(model.model_fields) if _is_model(model) else None
+
+
+def _is_model(obj: Any) -> bool:
+    return isinstance(obj, type) and issubclass(obj, BaseModel)
+
+
+def _inner_model(annotation: Any) -> Any:
+    """The pydantic model an annotation holds (``X``, ``list[X]``, ``X | None``), or None."""
+    if _is_model(annotation):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None

@@ -16,6 +16,7 @@ import io
 import pickle
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,16 +26,18 @@ from selbench.contract.data import ModelOutputs
 from selbench.execution.errors import RunError
 from selbench.execution.guard import blame_plugin, describe_plugin, failure, fit_guarded
 from selbench.execution.keys import Cell, method_fields, method_params
-from selbench.measure.evaluate import EvaluationError, eval_rows, fit_indices
+from selbench.execution.tuning import TuningError, study_name, tune_cell, with_params
+from selbench.measure.evaluate import EvaluationError, eval_rows, fit_indices, guaranteed_risk
 from selbench.measure.evaluate import intervals as evaluate_intervals
 from selbench.spec import ExperimentSpec, MethodSpec, ResolvedSpec, SpecError
-from selbench.store.results import CellRecord, ResultsDir
+from selbench.spec.search import method_space
+from selbench.store.results import CellRecord, ResultsDir, safe_name, slug
 from selbench.training.devices import seed_everything
 
 if TYPE_CHECKING:  # pragma: no cover - imported when a method is built (scikit-learn is slow)
     from selbench.library.estimator import SelectiveRecalibrator
 
-__all__ = ["FittedCell", "fit_cells", "fit_group", "method_groups", "run_cell"]
+__all__ = ["FittedCell", "fit_cells", "fit_group", "method_groups", "run_cell", "tune_and_fit"]
 
 
 def _json_ready(obj: Any) -> Any:
@@ -105,9 +108,12 @@ class _Method:
             raise SpecError([f"experiments[{e_i}].methods[{m_i}].{e}" for e in exc.errors],
                             resolved.source) from None
 
-    def estimator(self, seed: int, beta: float, device: str) -> SelectiveRecalibrator:
-        """The (unfitted) estimator of one cell."""
-        return self._estimator(**self.params, beta=float(beta), seed=seed, device=device)
+    def estimator(self, seed: int, beta: float, device: str,
+                  chosen: dict | None = None) -> SelectiveRecalibrator:
+        """The (unfitted) estimator of one cell (with the tuned ``"<field>.<param>"`` values
+        of ``chosen`` set)."""
+        params = with_params(self.params, chosen) if chosen else self.params
+        return self._estimator(**params, beta=float(beta), seed=seed, device=device)
 
     def building(self, attr: str, make):
         """``make()`` (build the component ``attr``), naming the plugin if it raises."""
@@ -239,6 +245,20 @@ def _scores(m: _Method, est: SelectiveRecalibrator, eval_out: ModelOutputs,
     return arrays
 
 
+def _with_distribution(m: _Method, est: SelectiveRecalibrator, eval_out: ModelOutputs,
+                       arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``arrays`` with the recalibrated log-probabilities and the labels where the
+    experiment shows a metric of the distribution (registry ``needs="log_probs"``)."""
+    from selbench.library.adapters import log_probabilities
+    from selbench.measure.metrics import METRICS
+
+    if not any(METRICS[k].needs == "log_probs" for k in m.exp.metrics or ()):
+        return arrays
+    log_probs = m.run("computing the recalibrated distribution", lambda: log_probabilities(
+        est.recalibrator_, eval_out, est.names_["recalibrator"], est.device_))
+    return {**arrays, "log_probs": log_probs, "labels": eval_out.labels}
+
+
 def _measured(m: _Method, cell: Cell, est: SelectiveRecalibrator,
               arrays: dict[str, np.ndarray]) -> tuple[dict, Any, dict | None, Any]:
     """The cell's metrics at each evaluation β, their bootstrap intervals and settings (None
@@ -256,6 +276,18 @@ def _measured(m: _Method, cell: Cell, est: SelectiveRecalibrator,
         boot_info = {"resamples": boot.resamples, "level": boot.level, "method": "percentile",
                      "unit": "evaluation example"}
     return metrics, intervals, boot_info, selects
+
+
+def _risk_guarantee(m: _Method, est: SelectiveRecalibrator, fit_all: ModelOutputs,
+                    idx: np.ndarray, arrays: dict[str, np.ndarray],
+                    betas: list[float]) -> dict[str, np.ndarray]:
+    """The experiment's risk guarantee: SGR's threshold from the fitted estimator's scores on
+    the cell's own fitting rows ``idx``, measured on the evaluation ``arrays``."""
+    rg = m.exp.risk_guarantee
+    fit_out = fit_all if len(idx) == len(fit_all) else fit_all.subset(idx)
+    fit_arrays = m.run("scoring the fitting data for the risk guarantee",
+                       lambda: est._score(fit_out))
+    return guaranteed_risk(fit_arrays, arrays, betas, risk=rg.risk, delta=rg.delta)
 
 
 def _stored_arrays(cell: Cell, arrays: dict[str, np.ndarray],
@@ -301,7 +333,11 @@ def run_cell(
     timing["fit_batch"] = fitted.batch
     t1 = time.perf_counter()
     arrays = _scores(m, est, eval_out, rows_key, memo)
+    arrays = _with_distribution(m, est, eval_out, arrays)
     metrics, intervals, boot_info, selects = _measured(m, cell, est, arrays)
+    if exp.risk_guarantee is not None:
+        metrics.update(_risk_guarantee(m, est, outputs[exp.fit_split], idx, arrays,
+                                       cell.eval_betas))
     t2 = time.perf_counter()
     stored = _stored_arrays(cell, arrays, eval_out)
     record = CellRecord(
@@ -321,29 +357,77 @@ def run_cell(
         spec_hash=m.spec_hash,
         selects=selects,
         timing={**timing, "eval_s": round(t2 - t1, 4)},
+        shared_fit_rows=shared_fit_rows(exp, len(idx), len(outputs[exp.fit_split])),
     )
     return record, stored
 
 
+def shared_fit_rows(exp: Any, n_rows: int, n_split: int) -> bool | None:
+    """True (with a warning, once per experiment) when every seed fits the same rows: ``n_fit``
+    unset or the whole fitting split, so the seeds vary only the methods' own randomness, a
+    deterministic method's std over seeds is 0 and a paired test over seeds has no data
+    variation to test (the leaderboard then shows no significance marks). None otherwise."""
+    if n_rows < n_split:
+        return None
+    warnings.warn(
+        f"experiment {exp.name!r}: every seed fits the same {n_rows} rows of '{exp.fit_split}' "
+        "(n_fit unset or equal to the split's size), so seeds do not resample the fitting data "
+        "and the leaderboard shows no significance test; set n_fit below the split's size",
+        UserWarning, stacklevel=2)
+    return True
+
+
+def tune_and_fit(resolved: ResolvedSpec, cell: Cell, outputs: dict[str, ModelOutputs],
+                 device: str, m: _Method, results: ResultsDir) -> tuple[FittedCell, dict]:
+    """Tune one cell on its fitting rows (:func:`selbench.execution.tuning.tune_cell`; the
+    evaluation split is never passed), then refit the best parameters on all of them."""
+    exp = m.exp
+    fit_all = outputs[exp.fit_split]
+    fitting = fit_all.subset(fit_indices(len(fit_all), exp.n_fit, cell.seed,
+                                         f"experiments[{cell.e_i}].n_fit"))
+
+    def make(chosen: dict) -> SelectiveRecalibrator:
+        return m.estimator(cell.seed, cell.train_beta, device, chosen)
+
+    journal = (results.root / "tuning" / safe_name(exp.name, "experiment name")
+               / slug(m.method.label) / f"seed{cell.seed}.journal")
+    t0 = time.perf_counter()
+    info = tune_cell(params=m.params, space=method_space(resolved.registry, m.method),
+                     tuning=exp.tuning, fitting=fitting, make=make, seed=cell.seed,
+                     method_key=cell.components["method"], beta=float(cell.train_beta),
+                     journal=journal, study=study_name(cell.components), run=m.run)
+    t1 = time.perf_counter()
+    est = make(info["chosen"])
+    m.run("fitting (the tuned parameters, on all fitting rows)", lambda: est.fit(fitting))
+    info["tune_s"] = round(t1 - t0, 4)
+    return FittedCell(est, time.perf_counter() - t1, 1), info
+
+
 def fit_cells(resolved: ResolvedSpec, group: list[Cell], outputs: dict[str, ModelOutputs],
               dev: str, results: ResultsDir, spec_hash: str, written=None, bar=None) -> None:
-    """Fit one method's cells with one ``fit_many`` call, then score, measure and write each
-    cell (atomically) as it is done; ``written(cell)`` is called after each write."""
+    """Fit one method's cells with one ``fit_many`` call (tuned cells: each tuned and fitted
+    by :func:`tune_and_fit`), then score, measure and write each cell (atomically) as it is
+    done; ``written(cell)`` is called after each write."""
     exp = resolved.spec.experiments[group[0].e_i]
     m = _Method(resolved, group[0].e_i, group[0].m_i, spec_hash)
     memo: dict = {}
-    scheme = m.build("scheme")
+    tuned = group[0].components.get("tuning") is not None
     try:
         if bar is not None:
             bar.set_postfix_str(f"{exp.name}: {m.method.label} ({len(group)} replicas)")
-        fitted = fit_group(resolved, group, outputs, dev, scheme, m)
+        fitted = {} if tuned else fit_group(resolved, group, outputs, dev, m.build("scheme"), m)
         for cell in group:
             if bar is not None:
                 bar.set_postfix_str(f"{exp.name}: {m.method.label} seed {cell.seed}")
+            info = None
+            if tuned:
+                fitted[cell.key], info = tune_and_fit(resolved, cell, outputs, dev, m, results)
             record, arrays = run_cell(resolved, cell, outputs, dev, m, fitted[cell.key], memo)
+            if info is not None:
+                record = record.model_copy(update={"tuning": info})
             fitted.pop(cell.key, None)  # free the fitted modules as we go
             results.write_cell(cell.path, record, arrays)
             if written is not None:
                 written(cell)
-    except EvaluationError as exc:  # sizes that do not fit the data
+    except (EvaluationError, TuningError) as exc:  # sizes that do not fit the data
         raise RunError(str(exc)) from None

@@ -38,9 +38,11 @@ The cache and results directories must be on a filesystem every job can read and
 from __future__ import annotations
 
 import contextlib
+import importlib.machinery
 import os
 import sys
 import traceback
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,7 @@ from selbench.spec.executor import (
     Options,
     SubmititOptions,
 )
+from selbench.store.results import ResultsDir
 
 __all__ = [
     "EXECUTORS",
@@ -160,8 +163,9 @@ class UnitTask:
                 import logging  # its log file is a handler of the root logger
 
                 logging.getLogger("selbench.execution.executors").error(text)
-            else:
-                print(text, file=sys.stderr, flush=True)  # into the job's log
+            elif self.log_dir is None:  # a cluster job: its stderr is the job's log file
+                print(text, file=sys.stderr, flush=True)
+            # a local pool's worker shares the terminal: the traceback goes to its log only
             if isinstance(exc, (RunError, ValueError, OSError)) and str(exc):
                 message = str(exc)
             else:
@@ -175,8 +179,9 @@ class UnitTask:
 
         path = Path(self.log_dir) / f"{unit.log_name()}.log"
         try:
+            ResultsDir(self.context.out_dir).inside(path.parent)  # no link out of OUT
             atomic_write_text(path, text)
-        except OSError:
+        except (OSError, ValueError):
             return None
         return str(path)
 
@@ -224,20 +229,42 @@ def _visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
-def _init_local_worker(counter, gpus: list[str], environ: dict[str, str],
+#: in a pool worker: the run's shared array of job states (:class:`LocalBackend`)
+_JOB_STATES = None
+_WAITING, _RUNNING, _FINISHED = 0, 1, 2
+
+
+def _init_local_worker(counter, states, gpus: list[str], environ: dict[str, str],
                        path: list[str]) -> None:
     """Pool initializer: the parent's environment and ``sys.path`` as they are now (a
-    forkserver child starts from the server's), and one GPU per worker (round robin)
-    before torch sees CUDA."""
+    forkserver child starts from the server's), the shared job states, and one GPU per
+    worker (round robin) before torch sees CUDA."""
+    global _JOB_STATES
     with counter.get_lock():
         index = counter.value
         counter.value += 1
+    _JOB_STATES = states
     os.environ.clear()
     os.environ.update(environ)
     sys.path[:] = path + [p for p in sys.path if p not in path]
     if len(gpus) > 1:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
     os.environ["SELBENCH_WORKER"] = str(index)
+    from selbench.util.warnlines import install
+
+    install()  # the worker shares the terminal: warnings as "selbench: warning:" lines
+
+
+def _run_tracked(task: UnitTask, index: int, unit: Any) -> Outcome:
+    """What a pool worker runs: ``task(unit)``, with the job's state in the shared array
+    (running, then finished), so that the parent knows which jobs a dead worker may have
+    been running."""
+    if _JOB_STATES is not None:
+        _JOB_STATES[index] = _RUNNING
+    outcome = task(unit)
+    if _JOB_STATES is not None:
+        _JOB_STATES[index] = _FINISHED
+    return outcome
 
 
 #: imported once by the forkserver, so that each worker starts without importing them
@@ -256,8 +283,39 @@ def _pool_context(multiprocessing):
     return multiprocessing.get_context("spawn")
 
 
+@contextlib.contextmanager
+def _selbench_main():
+    """While the pool starts its workers, ``__main__`` is a stand-in named
+    ``selbench.__main__``: a forkserver or spawned child prepares its ``__main__`` from the
+    parent's (it re-runs the parent's script, or re-imports its ``-m`` module, as
+    ``__mp_main__``), and multiprocessing skips a main module named ``*.__main__``. So a
+    worker never re-executes the caller's script, guarded by ``if __name__ ==
+    "__main__":`` or not; the jobs need nothing from it (they rebuild the run from the spec
+    and the installed plugins)."""
+    main = sys.modules.get("__main__")
+    stand_in = types.ModuleType("__main__")
+    stand_in.__spec__ = importlib.machinery.ModuleSpec("selbench.__main__", None)
+    sys.modules["__main__"] = stand_in
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
+DIED = ("its worker process died while running it (killed, out of memory, or the plugin "
+        "ended the process, e.g. os._exit)")
+
+
 class LocalBackend(Backend):
-    """A pool of spawned worker processes (``concurrent.futures``)."""
+    """A pool of worker processes (``concurrent.futures``) on this machine.
+
+    A worker that dies breaks the whole pool (Python fails every job still in it): the jobs
+    that were waiting, and those that had finished, are resubmitted to a new pool; a job
+    that was running is the culprit when it was the only one, else each running job is
+    rerun alone, and the one whose worker dies again is the culprit. So only the culprit is
+    reported failed (the others' finished cells are skipped when resubmitted).
+    """
 
     name = "local"
 
@@ -271,43 +329,82 @@ class LocalBackend(Backend):
             self.workers = os.cpu_count() or 1
         self.threads = max(1, (os.cpu_count() or 1) // self.workers)
         self.out_dir = Path(out_dir)
+        ResultsDir(self.out_dir).inside(Path(self.log_dir()))  # no link out of OUT
 
     def log_dir(self) -> str:
         return str(self.out_dir / "logs" / "local")
 
     def run(self, task: UnitTask, units: list[Any], progress: bool, done=None) -> list[Outcome]:
         import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-        from concurrent.futures.process import BrokenProcessPool
 
         if not units:
             return []
         ctx = _pool_context(multiprocessing)
-        counter = ctx.Value("i", 0)
         task.setup = {"threads": self.threads}
         outcomes: list[Outcome | None] = [None] * len(units)
-        pool = ProcessPoolExecutor(max_workers=min(self.workers, len(units)), mp_context=ctx,
+
+        def finish(i: int, outcome: Outcome) -> None:
+            outcomes[i] = outcome
+            if done is not None:
+                done(units[i], outcome)
+
+        pending = list(range(len(units)))
+        while pending:
+            died = self._pool(ctx, task, units, pending, finish, self.workers)
+            running = [i for i, state in died if state == _RUNNING]
+            pending = [i for i, state in died if state != _RUNNING]
+            if died and progress:
+                print(f"selbench: a worker process died; finding which of {len(running)} "
+                      f"running job(s) killed it, and resubmitting {len(pending)} other "
+                      "job(s)", file=sys.stderr)
+            for i in running:
+                if len(running) == 1 or self._pool(ctx, task, units, [i], finish, 1):
+                    finish(i, Outcome(False, error=DIED if len(running) == 1 else
+                                      DIED + ", and again when rerun alone"))
+            if died and not running:  # a worker died before starting any job
+                for i in pending:
+                    finish(i, Outcome(False, error="a worker process died before starting "
+                                                   "this job (see the messages above)"))
+                pending = []
+        return [o for o in outcomes if o is not None]
+
+    def _pool(self, ctx, task: UnitTask, units: list[Any], indices: list[int], finish,
+              workers: int) -> list[tuple[int, int]]:
+        """Run ``units[indices]`` on a new pool of at most ``workers`` processes, calling
+        ``finish(i, outcome)`` for each job that ends; the jobs left when a worker died
+        (the pool is then broken), each with its state (waiting, running or finished)."""
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures.process import BrokenProcessPool
+
+        states = ctx.Array("i", len(units), lock=False)
+        pool = ProcessPoolExecutor(max_workers=min(workers, len(indices)), mp_context=ctx,
                                    initializer=_init_local_worker,
-                                   initargs=(counter, self.gpus, dict(os.environ),
-                                             list(sys.path)))
+                                   initargs=(ctx.Value("i", 0), states, self.gpus,
+                                             dict(os.environ), list(sys.path)))
+        died: list[int] = []
+        futures = {}
         try:
-            futures = {pool.submit(task, unit): i for i, unit in enumerate(units)}
+            with _selbench_main():  # the workers start at submit
+                for i in indices:
+                    try:
+                        futures[pool.submit(_run_tracked, task, i, units[i])] = i
+                    except BrokenProcessPool:
+                        died.append(i)
             for future in as_completed(futures):
                 i = futures[future]
                 try:
-                    outcomes[i] = future.result()
+                    outcome = future.result()
                 except BrokenProcessPool:
-                    outcomes[i] = Outcome(False, error="a worker process died (killed, or out "
-                                                       "of memory?) before this job finished")
+                    died.append(i)
+                    continue
                 except Exception as exc:  # e.g. the unit could not be pickled
-                    outcomes[i] = Outcome(False, error=f"{type(exc).__name__}: {exc}")
-                if done is not None:
-                    done(units[i], outcomes[i])
+                    outcome = Outcome(False, error=f"{type(exc).__name__}: {exc}")
+                finish(i, outcome)
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
         pool.shutdown(wait=True)
-        return [o for o in outcomes if o is not None]
+        return [(i, states[i]) for i in sorted(died)]
 
 
 def require_submitit():
@@ -327,7 +424,10 @@ class SubmititBackend(Backend):
     def __init__(self, options: SubmititOptions, out_dir: Path):
         submitit = require_submitit()
         self.options = options
-        self.folder = Path(options.folder) if options.folder else Path(out_dir) / "logs" / "submitit"
+        if options.folder:  # a folder of the user's choice
+            self.folder = Path(options.folder)
+        else:  # OUT/logs/submitit: no link out of OUT
+            self.folder = ResultsDir(out_dir).inside(Path(out_dir) / "logs" / "submitit")
         cluster = None if options.cluster == "auto" else options.cluster
         try:
             self.executor = submitit.AutoExecutor(

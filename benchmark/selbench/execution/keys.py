@@ -24,6 +24,8 @@ import numpy as np
 
 from selbench.contract.inputs import DigestCache, InputError, digest_input
 from selbench.execution.codeid import code_digest, core_digest
+from selbench.execution.tuning import tuning_components
+from selbench.measure.metrics import METRICS
 from selbench.spec import (
     METHOD_FIELDS,
     Component,
@@ -47,7 +49,7 @@ def provenance(resolved: ResolvedSpec, device: str) -> dict[str, Any]:
 
     return {
         "selbench": __version__,
-        "plugins": resolved.registry.providers(),
+        "plugins": resolved.registry.packages(),
         "plugin_versions": _plugin_versions(resolved),
         "spec_name": resolved.spec.name,
         "spec_hash": resolved.hash(),
@@ -103,7 +105,8 @@ def _plugin_versions(resolved: ResolvedSpec) -> dict[str, dict[str, str | None]]
             comps += [("loss", c) for c in (m.loss, m.coverage) if c is not None]
         for kind, comp in comps:
             reg = resolved.registry.get(kind, comp.name)
-            used[f"{kind}/{comp.name}"] = {"provider": reg.provider, "version": reg.plugin.version}
+            used[f"{kind}/{comp.name}"] = {"provider": reg.package_name,
+                                           "version": reg.plugin.version}
     return dict(sorted(used.items()))
 
 
@@ -223,15 +226,20 @@ def plan_cells(resolved: ResolvedSpec, results: ResultsDir, ident: Identity) -> 
         base = f"experiments[{e_i}]"
         # the leaderboard columns (metrics) are a view: every cell holds every registered metric
         settings = exp.model_dump(mode="json", exclude={"methods", "report", "metrics", "dataset",
-                                                        "backbone"})
+                                                        "backbone", "tuning"})  # tuning: per method
+        if settings.get("risk_guarantee", 0) is None:  # unset: the settings hash it had
+            del settings["risk_guarantee"]
         outputs = {split: key for split, (key, _) in output_keys(resolved, ident, e_i).items()}
         exp_part = {"settings": content_hash(settings), "outputs": outputs}
+        # metrics of the recalibrated distribution are computed only where shown: keyed
+        distribution = sorted(k for k in exp.metrics or () if METRICS[k].needs == "log_probs")
         for m_i, method in enumerate(exp.methods):
             mwhere = f"{base}.methods[{m_i}]"
             config = {attr: ident.component_params(resolved, kind, comp, f"{mwhere}.{attr}")
                       for kind, attr, comp in method_fields(method)}
             code = {attr: ident.code[f"{kind}/{comp.name}"]
                     for kind, attr, comp in method_fields(method)}
+            tuning = tuning_components(resolved, exp, method)
             per_beta = exp.train_beta == "per_beta"
             train_betas = list(exp.betas) if per_beta else [float(exp.train_beta)]
             for seed in resolved.spec.seeds:
@@ -249,6 +257,10 @@ def plan_cells(resolved: ResolvedSpec, results: ResultsDir, ident: Identity) -> 
                         "names": {attr: f"{kind} {comp.name!r}"
                                   for kind, attr, comp in method_fields(method)},
                     }
+                    if tuning is not None:  # tuned and untuned results never mix
+                        components["tuning"] = tuning
+                    if distribution:  # only then: the keys of other cells stay as they were
+                        components["distribution_metrics"] = distribution
                     key = content_hash({k: v for k, v in components.items() if k != "names"})
                     path = results.cell_path(exp.name, method.label, seed,
                                              tb if per_beta else None)
@@ -279,6 +291,8 @@ def why_recomputed(cell: Cell, check: CellCheck) -> str:
         return "the experiment's settings changed"
     if old.get("method") != new["method"]:
         return "the method's parameters changed"
+    if old.get("tuning") != new.get("tuning"):
+        return "its tuning (block, search space or procedure) changed"
     return "its configuration changed"
 
 

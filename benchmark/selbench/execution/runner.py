@@ -87,7 +87,8 @@ def run(
         device: ``auto`` / ``cpu`` / ``cuda``; default the spec's ``device``.
         overrides: ``key.path=value`` strings applied before validation.
         cache_dir: where backbone outputs are cached (default :func:`default_cache_dir`).
-        progress: show progress bars on stderr.
+        progress: show progress on stderr (a bar on a terminal, plain lines in a pipe or
+            a log: :func:`selbench.util.progress.progress_bar`).
         plots: also draw the figures into ``out_dir/plots/`` (see :mod:`selbench.reporting.plots`).
         force: recompute every cell (or, with ``only``, every cell of those methods).
         only: method labels whose cells ``force`` recomputes.
@@ -100,10 +101,10 @@ def run(
         workers: worker processes of the ``local`` executor.
         retries: resubmit a failed job up to this many times (distributed executors).
     """
-    from tqdm.auto import tqdm
-
     from selbench.reporting.leaderboard import write_leaderboard
+    from selbench.util.progress import progress_bar as tqdm  # plain lines off a terminal
 
+    overrides, only = _strings(overrides, "overrides"), _strings(only, "only")
     resolved = _resolve(spec, overrides, optional, only)
     options = _executor_options(resolved, executor, workers, retries)
     dev = resolve_device(device or resolved.spec.device)
@@ -131,6 +132,22 @@ def _resolve(spec, overrides, optional, only) -> ResolvedSpec:
                          f"{', '.join(repr(x) for x in sorted(labels))}" for lab in unknown],
                         resolved.source)
     return resolved
+
+
+def _strings(value, name: str) -> list[str]:
+    """``overrides`` / ``only`` as a list of strings: one string is one item (not its
+    characters); anything else than strings is a ``ValueError`` naming the argument."""
+    if isinstance(value, str):
+        return [value]
+    try:
+        items = list(value or ())
+    except TypeError:
+        raise ValueError(f"{name}: expected a list of strings, got "
+                         f"{type(value).__name__}") from None
+    for item in items:
+        if not isinstance(item, str):
+            raise ValueError(f"{name}: expected a list of strings, got an item {item!r}")
+    return items
 
 
 def _executor_options(resolved: ResolvedSpec, executor, workers, retries):

@@ -74,6 +74,15 @@ from selbench.contract.registry import (
     format_validation_error,
     get_registry,
 )
+from selbench.library.adapters import (
+    check_classifier,
+    classifier_logits,
+    decode,
+    encode,
+    fit_classes,
+    log_probabilities,
+    provides_distribution,
+)
 from selbench.measure.evaluate import check_vector, measure, score
 from selbench.measure.metrics import DEFAULT_BETAS, accept_mask
 from selbench.measure.validation import check_betas, check_delta
@@ -203,7 +212,7 @@ def _component(value: Any, field: str, kind: str, registry, errors: list[str]) -
         try:
             model = reg.validate_params(dict(params or {}))
         except ValidationError as exc:
-            errors.extend(format_validation_error(exc, f"{field}.params"))
+            errors.extend(format_validation_error(exc, f"{field}.params", reg.plugin.params))
             return None
         return _Part(field, kind, name, reg, model)
     # a plugin object
@@ -295,11 +304,23 @@ class SelectiveRecalibrator(BaseEstimator):
         seed: seeds every random draw of :meth:`fit` (weights, batches) and the tie-break of
             :meth:`accept` and :meth:`evaluate`; ``0 <= seed <= 2**32 - 1``.
         device: ``"auto"`` (cuda when torch sees a GPU, else cpu), ``"cpu"`` or ``"cuda"``.
+        classifier: a *fitted* scikit-learn classifier, or None. When given, every method
+            takes the classifier's raw inputs ``X`` where it otherwise takes logits, and the
+            logits are the classifier's (``decision_function``, else the log of
+            ``predict_proba``; :mod:`selbench.library.adapters`); its ``classes_`` name the
+            labels. selbench never fits or changes it, and :func:`sklearn.base.clone` keeps
+            the same fitted object (as :class:`sklearn.frozen.FrozenEstimator` does), so
+            ``GridSearchCV`` and ``cross_val_score`` work on the raw inputs.
 
     Attributes (after :meth:`fit`):
         selector_, recalibrator_, scheme_, loss_, coverage_: the fitted components (new
             objects, never the parameters themselves).
-        n_classes_, classes_: K and ``arange(K)``.
+        n_classes_: K, the number of logit columns.
+        classes_: the label of each logit column: the classifier's ``classes_``, the
+            ``classes`` given to :meth:`fit`, ``arange(K)`` for integer labels in ``[0, K)``,
+            else the sorted distinct labels (strings, any hashable; they must number K).
+            :meth:`predict` returns these labels and :meth:`evaluate` / :meth:`score` read
+            labels in them.
         feature_dim_: the dimension of the features fitted on.
         features_given_: whether ``fit`` was given features (else the probabilities).
         device_: the device the fit ran on.
@@ -318,6 +339,7 @@ class SelectiveRecalibrator(BaseEstimator):
         beta: float = 0.8,
         seed: int = 0,
         device: str = "auto",
+        classifier: Any = None,
     ):
         self.selector = selector
         self.recalibrator = recalibrator
@@ -327,6 +349,17 @@ class SelectiveRecalibrator(BaseEstimator):
         self.beta = beta
         self.seed = seed
         self.device = device
+        self.classifier = classifier
+
+    def __sklearn_clone__(self) -> SelectiveRecalibrator:
+        """An unfitted copy with the same parameters, each cloned as scikit-learn's
+        :func:`~sklearn.base.clone` clones them, except ``classifier``: the same fitted
+        object (selbench never fits it; cloning it would unfit it)."""
+        from sklearn.base import clone
+
+        params = self.get_params(deep=False)
+        return type(self)(**{k: v if k == "classifier" else clone(v, safe=False)
+                             for k, v in params.items()})
 
     @classmethod
     def from_method(cls, method: Mapping[str, Any] | BaseModel, **params: Any
@@ -368,6 +401,11 @@ class SelectiveRecalibrator(BaseEstimator):
             errors.append(f"seed: expected an integer 0 <= seed <= 2**32 - 1, got {seed!r}")
         if not (isinstance(self.device, str) and self.device in _DEVICES):
             errors.append(f"device: expected one of {', '.join(_DEVICES)}, got {self.device!r}")
+        if self.classifier is not None:
+            try:
+                check_classifier(self.classifier)
+            except ValueError as exc:
+                errors.append(str(exc))
         if errors:
             raise ParamsError(errors)
         return _Plan(parts)
@@ -393,24 +431,49 @@ class SelectiveRecalibrator(BaseEstimator):
         return _Built(**objs, context=context, names=plan.names())
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, logits: Any, labels: Any = None, features: Any = None) -> SelectiveRecalibrator:
+    def fit(self, logits: Any, labels: Any = None, features: Any = None, *,
+            classes: Any = None) -> SelectiveRecalibrator:
         """Fit h and g on labelled outputs; return ``self``.
 
         Args:
             logits: ``[N, K]`` logits of your model, or a :class:`~selbench.ModelOutputs`
-                (then leave ``labels`` and ``features`` out).
-            labels: ``[N]`` true classes in ``[0, K)``.
+                (then leave ``labels`` and ``features`` out); with a ``classifier``, its
+                raw inputs ``X``.
+            labels: ``[N]`` true labels: integers in ``[0, K)`` (the logit columns), or
+                any hashable labels (strings ...) named by ``classes`` (see ``classes_``).
             features: optional ``[N, d]`` embedding; default the softmax probabilities.
+            classes: optional, the label of each logit column in column order (default:
+                the classifier's ``classes_``, else see ``classes_``).
         """
+        plan = self._plan()
+        if self.classifier is not None and not isinstance(logits, ModelOutputs):
+            if classes is not None and not np.array_equal(np.asarray(classes),
+                                                          self.classifier.classes_):
+                raise DataError("classes: differs from the classifier's classes_, which name "
+                                "its output columns; leave classes out")
+            classes = self.classifier.classes_
+        z = self._logits(logits)
+        if z is None:  # ModelOutputs
+            k = logits.num_classes
+            self._classes = fit_classes(np.zeros(0, np.int64), k, classes)
+        else:
+            if labels is None:
+                raise DataError("labels: required; pass the true labels [N]")
+            self._classes = fit_classes(labels, z.shape[1], classes)
         outputs, given = self._outputs(logits, labels, features, labelled=True, fitted=False)
-        built = self._build()
+        built = self._build(plan=plan)
         return self._fit_built(built, outputs, given)
 
     def _fit_built(self, built: _Built, outputs: ModelOutputs,
                    features_given: bool = True) -> SelectiveRecalibrator:
         """Fit built components as one job of the scheme's ``fit_many`` (what the runner
         calls for all cells of a method) and keep them."""
-        built.scheme.fit_many([built.job(outputs)])
+        from selbench.library.watch import fit_guarded  # a NaN is blamed on its producer
+
+        names = (built.names.get("recalibrator", "the recalibrator"),
+                 built.names.get("selector", "the selector"))
+        fit_guarded(lambda: built.scheme.fit_many([built.job(outputs)]),
+                    [(built.recalibrator, built.selector)], names)
         return self._adopt(built, outputs, features_given)
 
     def _adopt(self, built: _Built, outputs: ModelOutputs,
@@ -422,7 +485,10 @@ class SelectiveRecalibrator(BaseEstimator):
         self.loss_ = built.loss
         self.coverage_ = built.coverage
         self.n_classes_ = outputs.num_classes
-        self.classes_ = np.arange(outputs.num_classes)
+        classes = getattr(self, "_classes", None)
+        self.classes_ = (classes if classes is not None and len(classes) == self.n_classes_
+                         else np.arange(outputs.num_classes))
+        self._classes = None
         self.feature_dim_ = outputs.feature_dim
         self.features_given_ = bool(features_given)
         self.device_ = built.context.device
@@ -445,12 +511,13 @@ class SelectiveRecalibrator(BaseEstimator):
                                 "features), not both")
             out, given = logits, True
         else:
-            z = as_array("logits", logits, np.dtype(np.float32), 2)
+            z = self._logits(logits)
             if labelled and labels is None:
-                raise DataError("labels: required; pass the true classes, int [N]")
+                raise DataError("labels: required; pass the true labels [N]")
             if not labelled:
                 labels = np.zeros(z.shape[0], dtype=np.int64)
-            labels = as_array("labels", labels, np.dtype(np.int64), 1)
+            else:
+                labels = encode(labels, self.classes_ if fitted else self._classes)
             if labels.shape[0] != z.shape[0]:
                 raise DataError(f"logits: has {z.shape[0]} rows but labels has "
                                 f"{labels.shape[0]}; all arrays must describe the same N "
@@ -464,6 +531,16 @@ class SelectiveRecalibrator(BaseEstimator):
         if fitted:
             self._check_like_fit(out, given)
         return out, given
+
+    def _logits(self, logits: Any) -> np.ndarray | None:
+        """The logits of the first argument: the array itself, or with a ``classifier`` its
+        logits of these raw inputs; None for a :class:`ModelOutputs`."""
+        if isinstance(logits, ModelOutputs):
+            return None
+        if self.classifier is not None:
+            return as_array("logits", classifier_logits(self.classifier, logits),
+                            np.dtype(np.float32), 2)
+        return as_array("logits", logits, np.dtype(np.float32), 2)
 
     def _check_like_fit(self, out: ModelOutputs, given: bool) -> None:
         if out.num_classes != self.n_classes_:
@@ -486,12 +563,40 @@ class SelectiveRecalibrator(BaseEstimator):
                             f"{self.names_['recalibrator']}.confidence", 0.0, 1.0)
 
     def predict(self, logits: Any, features: Any = None) -> np.ndarray:
-        """Predicted labels, int64 ``[N]``: ``argmax(logits)`` unless h changes it (binary
+        """Predicted labels ``[N]`` (of ``classes_``: int64 column indices for integer
+        labels, else the labels fitted on): ``argmax(logits)`` unless h changes it (binary
         Platt scaling may)."""
         out, _ = self._outputs(logits, None, features, labelled=False)
-        return check_vector(self.recalibrator_.predict(out), len(out),
+        pred = check_vector(self.recalibrator_.predict(out), len(out),
                             f"{self.names_['recalibrator']}.predict", 0, out.num_classes - 1,
                             integer=True)
+        return decode(pred, self.classes_)
+
+    def predict_proba(self, logits: Any, features: Any = None) -> np.ndarray:
+        """The recalibrated distribution, float64 ``[N, K]`` (column ``j``: class
+        ``classes_[j]``; rows sum to 1), for a recalibrator that defines one: it declares
+        ``provides_log_probs = True`` (temperature, vector and matrix scaling, Platt and
+        beta, ``none``); the exponential of its module's log-probabilities, renormalised.
+        For the top-label recalibrators (Platt, beta with K > 2) that is the recalibrated
+        confidence on the predicted class and the rest shared among the others in
+        proportion to their original probabilities. Its maximum is
+        :meth:`predict_confidence` (to float32 rounding).
+
+        Raises:
+            selbench.library.adapters.DistributionError: (a ``ValueError``) naming the
+                recalibrator when it defines only a top-label confidence (histogram
+                binning, isotonic, ``mlp``...).
+        """
+        p = np.exp(self.predict_log_proba(logits, features))
+        return p / p.sum(axis=1, keepdims=True)
+
+    def predict_log_proba(self, logits: Any, features: Any = None) -> np.ndarray:
+        """The recalibrated log-probabilities, float64 ``[N, K]``, as the recalibrator's
+        module computes them (:meth:`predict_proba` is their exponential, renormalised);
+        the same ``DistributionError`` for a recalibrator that defines none."""
+        out, _ = self._outputs(logits, None, features, labelled=False)
+        return log_probabilities(self.recalibrator_, out, self.names_["recalibrator"],
+                                 self.device_)
 
     def decision_function(self, logits: Any, features: Any = None) -> np.ndarray:
         """The selector's scores, float64 ``[N]``: higher is accepted first."""
@@ -525,8 +630,10 @@ class SelectiveRecalibrator(BaseEstimator):
         Returns the dict of :func:`selbench.measure.evaluate.measure` (the leaderboard cell's
         metrics): float64 arrays over ``betas`` under every key of the metric registry
         :data:`selbench.measure.metrics.METRICS` (``ece1``, ``ece2``, ``smece``, ``brier``,
-        ``accuracy``, ``coverage``; the ranking metrics ``aurc``, ``eaurc``, ``augrc``
-        repeated at each β), ``threshold`` (and ``guaranteed_coverage`` with ``delta``). ``betas`` defaults to 0.5, 0.55, ..., 1.0, the paper's AUC grid; ties
+        ``accuracy``, ``coverage``, ``nll``, ``mce``, ...; the ranking metrics ``aurc``,
+        ``eaurc``, ``augrc``, ``auroc``, ``fpr95`` repeated at each β; ``nll_full`` and
+        ``classwise_ece`` where the recalibrator defines a distribution, see
+        :meth:`predict_proba`), ``threshold`` (and ``guaranteed_coverage`` with ``delta``). ``betas`` defaults to 0.5, 0.55, ..., 1.0, the paper's AUC grid; ties
         are broken by ``seed``. ``betas`` (one or more levels in (0, 1]) and ``delta`` (in
         (0, 1]) are checked first, whatever the selector: a ``ValueError`` names the argument.
         """
@@ -534,7 +641,12 @@ class SelectiveRecalibrator(BaseEstimator):
         if delta is not None:
             check_delta(delta)
         out, _ = self._outputs(logits, labels, features, labelled=True)
-        return self._measure(self._score(out), betas, delta)
+        arrays = self._score(out)
+        if provides_distribution(self.recalibrator_):
+            arrays.update(log_probs=log_probabilities(
+                self.recalibrator_, out, self.names_["recalibrator"], self.device_),
+                labels=out.labels)
+        return self._measure(arrays, betas, delta)
 
     def score(self, logits: Any, labels: Any = None, features: Any = None) -> float:
         """Minus the selective ECE₁ at the estimator's ``beta`` on labelled data (higher is

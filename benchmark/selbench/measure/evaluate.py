@@ -20,6 +20,7 @@ of every cell's key (:func:`selbench.execution.codeid.core_digest`): editing eit
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any
 
@@ -27,28 +28,56 @@ import numpy as np
 
 from selbench.contract.data import ModelOutputs
 from selbench.measure.bootstrap import selective_intervals
+from selbench.measure.classic import (
+    ece_equal_width,
+    fpr_at_tpr,
+    mce,
+    nll,
+    nll_full,
+    selector_auroc,
+)
+from selbench.measure.guarantee import risk_guarantee_metrics
 from selbench.measure.metrics import (
     METRICS,
+    accepted_counts,
     augrc,
     aurc,
+    classwise_ece,
     eaurc,
+    ece,
+    selection_order,
     selective_metrics,
     smece,
 )
+from selbench.measure.rcstats import augrc_ba, aurc_achievable, aurc_ba, eaugrc, paurc
+from selbench.measure.reliability import signed_ce
 
-__all__ = ["EvaluationError", "check_vector", "eval_rows", "fit_indices", "intervals", "measure",
-           "score"]
+__all__ = ["EvaluationError", "check_vector", "distribution_metrics", "eval_rows", "fit_indices",
+           "guaranteed_risk",
+           "intervals", "measure", "score"]
 
 #: How each ranking metric of the registry is computed from a cell's scores and correctness.
-RANKING = {"aurc": aurc, "eaurc": eaurc, "augrc": augrc}
+RANKING = {"aurc": aurc, "eaurc": eaurc, "augrc": augrc,
+           "auroc": selector_auroc, "fpr95": fpr_at_tpr,
+           "aurc_achievable": aurc_achievable, "eaugrc": eaugrc, "paurc": paurc}
+#: Ranking metrics that also need the true classes (``arrays["labels"]``, which
+#: :func:`score` returns; ``nan`` for arrays without them): fd-shifts' balanced-accuracy
+#: areas. No bootstrap intervals (the resampling hooks pass scores and correctness only).
+RANKING_LABELLED = {"aurc_ba": aurc_ba, "augrc_ba": augrc_ba}
 #: Selective metrics measured here on the accepted examples, beyond those of
 #: :func:`selective_metrics` (ECE₁, ECE₂, Brier, accuracy, coverage).
-EXTRA_SELECTIVE = {"smece": smece}
+EXTRA_SELECTIVE = {"smece": smece, "signed_ce": signed_ce, "nll": nll, "mce": mce, "ece1_ew": ece_equal_width,
+                   "ece2_debiased": functools.partial(ece, p=2, debias=True)}
+#: The metrics of the recalibrated distribution (registry ``needs="log_probs"``), from the
+#: accepted examples' log-probabilities ``[k, K]`` and labels ``[k]``; measured only when the
+#: cell's arrays hold ``log_probs`` (:func:`measure`).
+DISTRIBUTION = {"nll_full": nll_full, "classwise_ece": lambda lp, y: classwise_ece(
+    _probabilities(lp), y)}
 #: Those of :data:`EXTRA_SELECTIVE` that get bootstrap intervals per cell. Not smECE: its
 #: bandwidth search costs about 1.5 ms per call at n = 3,000, so 200 resamples × 11 β add
 #: about 4 s to every cell (the quickstart's 80 cells: +5 minutes, measured); its interval
 #: is available on demand: ``bootstrap_ci(smece, confidence, correct)``.
-BOOTSTRAPPED_EXTRA: tuple[str, ...] = ()
+BOOTSTRAPPED_EXTRA: tuple[str, ...] = ("signed_ce",)
 
 
 class EvaluationError(ValueError):
@@ -116,7 +145,8 @@ def score(
                         outputs.num_classes - 1, integer=True)
     sc = check_vector(selector.score(outputs, conf), n, f"{sel_name}.score")
     correct = (pred == outputs.labels).astype(np.float64)
-    return {"confidence": conf, "prediction": pred, "score": sc, "correct": correct}
+    return {"confidence": conf, "prediction": pred, "score": sc, "correct": correct,
+            "labels": outputs.labels}
 
 
 def measure(arrays: dict[str, np.ndarray], betas: list[float], *, delta: float | None,
@@ -142,9 +172,53 @@ def measure(arrays: dict[str, np.ndarray], betas: list[float], *, delta: float |
             out["guaranteed_coverage"] = np.ones(m)
     for key, fn in RANKING.items():
         out[key] = np.full(m, fn(scores, correct))
+    labels = arrays.get("labels")  # from score(); without the classes: nan
+    for key, fn in RANKING_LABELLED.items():
+        out[key] = np.full(m, fn(scores, correct, labels) if labels is not None else np.nan)
+    if "log_probs" in arrays:
+        out.update(distribution_metrics(arrays, betas, delta=delta, seed=seed, selects=selects))
     missing = {k for k, info in METRICS.items() if info.needs is None} - set(out)
     assert not missing, f"registered metrics not measured: {sorted(missing)}"
     return out
+
+
+def _probabilities(log_probs: np.ndarray) -> np.ndarray:
+    p = np.exp(log_probs)
+    return p / p.sum(axis=1, keepdims=True)
+
+
+def distribution_metrics(arrays: dict[str, np.ndarray], betas: list[float], *,
+                         delta: float | None, seed: int, selects: bool = True
+                         ) -> dict[str, np.ndarray]:
+    """The :data:`DISTRIBUTION` metrics at each β on the examples accepted there (the rule
+    of :func:`selective_metrics`: the first ⌈β·n⌉ of :func:`selection_order`, or the
+    Hoeffding count with ``delta``; every example for a selector that does not select),
+    from ``arrays["log_probs"]`` ``[n, K]`` and ``arrays["labels"]`` ``[n]``."""
+    log_probs, labels = arrays["log_probs"], arrays["labels"]
+    n = labels.shape[0]
+    if selects:
+        order = selection_order(arrays["score"], seed=seed)
+        with warnings.catch_warnings():  # selective_metrics has warned already
+            warnings.filterwarnings("ignore", "coverage cannot be guaranteed", RuntimeWarning)
+            counts, _ = accepted_counts(n, betas, delta=delta)
+    else:
+        order, counts = np.arange(n), np.full(len(betas), n)
+    out = {key: np.empty(len(betas)) for key in DISTRIBUTION}
+    for j, k in enumerate(counts):
+        rows = np.sort(order[: int(k)])
+        for key, fn in DISTRIBUTION.items():
+            out[key][j] = fn(log_probs[rows], labels[rows])
+    return out
+
+
+def guaranteed_risk(fit_arrays: dict[str, np.ndarray], arrays: dict[str, np.ndarray],
+                    betas: list[float], *, risk: float, delta: float) -> dict[str, np.ndarray]:
+    """A risk guarantee's metrics (registry ``needs="risk_guarantee"``), repeated at each β:
+    SGR's threshold from the scored fitting data ``fit_arrays`` (:func:`selbench.measure.
+    guarantee.sgr`), applied to the evaluation ``arrays`` (``score >= threshold``)."""
+    got = risk_guarantee_metrics(fit_arrays["score"], fit_arrays["correct"], arrays["score"],
+                                 arrays["correct"], risk, delta)
+    return {key: np.full(len(betas), value) for key, value in got.items()}
 
 
 def intervals(arrays: dict[str, np.ndarray], betas: list[float], *, delta: float | None,

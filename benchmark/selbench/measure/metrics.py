@@ -86,6 +86,10 @@ from selbench.measure.binning import (
     ece_from_stats,
     plugin_ce,
 )
+from selbench.measure.classic import CLASSIC_METRICS
+from selbench.measure.guarantee import GUARANTEE_METRICS
+from selbench.measure.rcstats import RC_METRICS
+from selbench.measure.reliability import RELIABILITY_METRICS
 from selbench.measure.riskcoverage import (
     augrc,
     aurc,
@@ -161,11 +165,13 @@ class MetricInfo(NamedTuple):
     kind: str
     #: one line: what it is and the function that computes it
     summary: str
-    #: a spec setting the metric needs (``"coverage_guarantee"``), or ``None``
+    #: a spec setting the metric needs (``"coverage_guarantee"``), ``"log_probs"`` (the
+    #: recalibrated distribution: computed only where an experiment shows the column), or None
     needs: str | None = None
 
 
-#: The metric registry, in leaderboard column order. Every cell holds every metric here (a
+#: The metric registry, in leaderboard column order. Every cell holds every metric here but
+#: those that ``need`` something the cell was not asked for (a
 #: spec's ``metrics:`` list only chooses the columns shown); the keys are those of
 #: :func:`cell_metrics`.
 METRICS: Mapping[str, MetricInfo] = types.MappingProxyType(
@@ -192,6 +198,13 @@ METRICS: Mapping[str, MetricInfo] = types.MappingProxyType(
                             "AURC minus the AURC of an oracle of equal accuracy (eaurc)"),
         "augrc": MetricInfo("AUGRC", True, True, "ranking",
                             "area under the generalized risk-coverage curve (augrc)"),
+        # NLL, MCE, equal-width and debiased ECE, the selector's AUROC and FPR@95TPR, and
+        # the full-distribution NLL and class-wise ECE: entries and functions in measure/classic.py
+        **{key: MetricInfo(*entry) for key, entry in CLASSIC_METRICS.items()},
+        # fd-shifts' statistics, the signed calibration error, a risk guarantee's results
+        # (issue 27): entries in measure/rcstats.py, measure/reliability.py, measure/guarantee.py
+        **{key: MetricInfo(*entry) for key, entry in {
+            **RC_METRICS, **RELIABILITY_METRICS, **GUARANTEE_METRICS}.items()},
     }
 )
 

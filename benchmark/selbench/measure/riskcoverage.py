@@ -82,6 +82,7 @@ __all__ = [
     "aurc",
     "coverage_at_risk",
     "eaurc",
+    "rc_counts",
     "risk_at_coverage",
     "risk_coverage_curve",
 ]
@@ -190,6 +191,17 @@ def risk_coverage_curve(
         return np.empty(0), np.empty(0)
     k, e = _groups(sc, corr)
     return k / n, e / (n if generalized else k)
+
+
+def rc_counts(scores: Any, correct: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The merged-tie points of :func:`risk_coverage_curve` as counts: ``(k, e)``, int64
+    ``[D]`` by ascending coverage, ``k_j`` the examples with a score at least the ``j``-th
+    largest distinct score and ``e_j`` the wrong ones among them (``k[-1] == N``). Both
+    empty for ``N = 0``. What :mod:`selbench.measure.rcstats` builds fd-shifts' statistics on."""
+    sc, corr = _inputs(scores, correct)
+    if sc.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return _groups(sc, corr)
 
 
 def aurc(scores: Any, correct: Any) -> float:

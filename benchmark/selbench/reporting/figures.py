@@ -1,8 +1,8 @@
 """The figures, drawn with matplotlib on plain data (arrays, metric curves, titles): reliability
-diagrams (binned and smoothed), metric-vs-coverage curves, risk-coverage curves and confidence
-histograms, and how a figure is saved so that redrawing it gives the same bytes. What each
-figure shows, and which data :mod:`selbench.reporting.plots` hands it from a results folder,
-is described there.
+diagrams (binned and smoothed), metric-vs-coverage curves, risk-coverage curves, confidence
+histograms and critical-difference diagrams (ranks across experiments), and how a figure is
+saved so that redrawing it gives the same bytes. What each figure shows, and which data
+:mod:`selbench.reporting.plots` hands it from a results folder, is described there.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from selbench.measure.metrics import METRICS, bin_stats, plugin_ce
+from selbench.measure.reliability import binned_reliability, clopper_pearson
 from selbench.measure.riskcoverage import augrc, aurc, risk_coverage_curve
 from selbench.measure.smooth import smooth_reliability
 from selbench.util.files import atomic_path
@@ -24,9 +25,11 @@ __all__ = [
     "RC_PARAMS",
     "ReliabilityBins",
     "confidence_figure",
+    "critical_difference_figure",
     "curves_figure",
     "figure_paths",
     "reliability_bins",
+    "reliability_diagram",
     "reliability_figure",
     "risk_coverage_figure",
     "save_figure",
@@ -136,11 +139,18 @@ def figure_paths(stem: Path, formats: Sequence[str]) -> list[Path]:
     return [stem.with_name(f"{stem.name}.{fmt}") for fmt in formats]
 
 
-def _style(i: int, n: int) -> dict[str, Any]:
-    from matplotlib import colormaps
+#: Okabe & Ito's colour-blind-safe palette (its yellow left out: too pale on white)
+OKABE_ITO = ("#000000", "#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7")
+#: with more methods than colours, each round of the palette takes the next line style
+_LINESTYLES = ("-", "--", ":", "-.")
 
-    cmap = colormaps["tab10" if n <= 10 else "tab20"]
-    return {"color": cmap(i % cmap.N), "marker": _MARKERS[i % len(_MARKERS)]}
+
+def _style(i: int, n: int) -> dict[str, Any]:
+    """Method ``i`` of ``n``: a colour of :data:`OKABE_ITO`, a line style that changes each
+    time the colours come round again (28 distinct lines), and a marker."""
+    k = len(OKABE_ITO)
+    return {"color": OKABE_ITO[i % k], "linestyle": _LINESTYLES[(i // k) % len(_LINESTYLES)],
+            "marker": _MARKERS[i % len(_MARKERS)]}
 
 
 def _floor_tenth(value: float) -> float:
@@ -175,6 +185,9 @@ def _reliability_panel(ax, series: list[tuple[str, str, ReliabilityBins]], title
     for name, color, b in series:
         if not b.n:
             continue
+        low, high = _cp_interval(b)
+        ax.errorbar(b.confidence, b.accuracy, yerr=[b.accuracy - low, high - b.accuracy],
+                    fmt="none", ecolor=color, elinewidth=0.8, alpha=0.6, zorder=2)
         ax.scatter(b.confidence, b.accuracy, s=700.0 * b.mass, color=color, alpha=0.75,
                    edgecolors="white", linewidths=0.5, zorder=3,
                    label=f"{name} (n={b.n}): {METRICS['ece1'].label} = {b.ece1:.3f}")
@@ -182,6 +195,71 @@ def _reliability_panel(ax, series: list[tuple[str, str, ReliabilityBins]], title
     ax.set_ylabel("accuracy in bin")
     ax.set_title(title)
     _legend_below(ax)
+
+
+def _cp_interval(b: ReliabilityBins, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Clopper–Pearson interval of each bin's accuracy (the hits are ``accuracy * count``)."""
+    return clopper_pearson(np.round(b.accuracy * b.counts), b.counts, level)
+
+
+def reliability_diagram(confidence: Any, correct: Any, accepted: Any = None, n_bins: int = N_BINS,
+                        intervals: str | None = "clopper-pearson", ax: Any = None,
+                        level: float = 0.95):
+    """A reliability diagram on plain arrays, with an exact interval on each bin's accuracy.
+
+    The bins are those of :func:`selbench.measure.metrics.ece` (``n_bins`` equal-mass bins,
+    ties merged); each non-empty bin is a marker at (mean confidence, accuracy), its area
+    proportional to the bin's share of the examples, with a vertical bar from the
+    Clopper–Pearson interval of its accuracy at ``level``
+    (:func:`selbench.measure.reliability.clopper_pearson`: the ``(1 - level)/2`` and
+    ``(1 + level)/2`` quantiles of the beta distributions of the bin's hits), and the
+    diagonal of perfect calibration. With ``accepted`` (a boolean mask ``[N]``) the accepted
+    examples are binned and drawn as a second series over all examples.
+
+    Args:
+        confidence: top-label confidence ``[N]`` in [0, 1].
+        correct: 0/1 correctness ``[N]``.
+        accepted: optional boolean mask ``[N]`` of the examples a selector accepts.
+        n_bins: equal-mass bins (the paper: 15).
+        intervals: ``"clopper-pearson"`` or ``None`` (no bars).
+        ax: a matplotlib Axes to draw into; default a new figure (no pyplot, so it draws
+            headless).
+        level: the intervals' confidence level in (0, 1).
+
+    Returns:
+        The matplotlib ``Figure`` drawn on.
+    """
+    if intervals not in ("clopper-pearson", None):
+        raise ValueError(f"intervals must be 'clopper-pearson' or None; got {intervals!r}")
+    conf = np.asarray(confidence, dtype=np.float64)
+    corr = np.asarray(correct, dtype=np.float64)
+    series = [("all", ALL_COLOR, conf, corr)]
+    if accepted is not None:
+        mask = np.asarray(accepted)
+        if mask.dtype != bool or mask.shape != conf.shape:
+            raise ValueError(f"accepted must be a boolean mask of shape {conf.shape}; got "
+                             f"{mask.dtype} {mask.shape}")
+        series.append((f"accepted ({int(mask.sum())})", ACCEPTED_COLOR, conf[mask], corr[mask]))
+    if ax is None:
+        fig = _figure(4.6, 5.2, bottom=1.1, top=0.4)
+        ax = fig.subplots()
+    binned = [(name, color, binned_reliability(c, y, n_bins, level)) for name, color, c, y
+              in series]
+    vals = np.concatenate([np.r_[b.confidence, b.accuracy] for _, _, b in binned])
+    _square(ax, _floor_tenth(float(vals.min())) if vals.size else 0.0, 1.0)
+    for name, color, b in binned:
+        if not b.counts.size:
+            continue
+        if intervals is not None:
+            ax.errorbar(b.confidence, b.accuracy, yerr=[b.accuracy - b.low, b.high - b.accuracy],
+                        fmt="none", ecolor=color, elinewidth=1.0, alpha=0.7, zorder=2)
+        mass = b.counts / b.counts.sum()
+        ax.scatter(b.confidence, b.accuracy, s=700.0 * mass, color=color, alpha=0.75,
+                   edgecolors="white", linewidths=0.5, zorder=3, label=f"{name}, n={b.counts.sum()}")
+    ax.set_xlabel("mean confidence in bin")
+    ax.set_ylabel("accuracy in bin" + (f" ({level:.0%} Clopper–Pearson)" if intervals else ""))
+    _legend_below(ax)
+    return ax.figure
 
 
 def _smooth_limits(series: list[tuple[str, str, np.ndarray, Any]]) -> tuple[float, float]:
@@ -294,19 +372,24 @@ def curves_figure(series: Sequence[tuple[str, dict]], keys: Sequence[str], title
     return fig
 
 
-def risk_coverage_figure(series: Sequence[tuple[str, np.ndarray, np.ndarray, bool]], title: str):
+def risk_coverage_figure(series: Sequence[tuple], title: str, target_risk: float | None = None):
     """Risk and generalized risk against coverage, one curve per method.
 
-    ``series``: (legend name, selector scores, correctness, whether the selector selects) per
-    method. Curves from :func:`selbench.measure.riskcoverage.risk_coverage_curve` (ties merged); a
-    selector that does not select, or a curve of one point, is drawn as a marker."""
+    ``series``: (legend name, selector scores, correctness, whether the selector selects[,
+    guaranteed operating point]) per method. Curves from
+    :func:`selbench.measure.riskcoverage.risk_coverage_curve` (ties merged); a selector that
+    does not select, or a curve of one point, is drawn as a marker. The operating point, a
+    pair (coverage, selective risk) where a risk guarantee chose the threshold (``None``:
+    none), is drawn as a star on both panels (generalized risk: coverage × risk), and
+    ``target_risk`` (the guaranteed level r) as a dotted line on the selective-risk panel."""
     aurc_label, augrc_label = METRICS["aurc"].label, METRICS["augrc"].label
     names = [f"{name}: {aurc_label} = 0.0000, {augrc_label} = 0.0000" for name, *_ in series]
     legend_w = 0.75 + 0.062 * max((len(n) for n in names), default=0)
     fig = _figure(8.4 + legend_w, 4.1, right=legend_w, wspace=0.3, top=0.85)
     axes = fig.subplots(1, 2)
-    for i, (name, scores, correct, selects) in enumerate(series):
+    for i, (name, scores, correct, selects, *point) in enumerate(series):
         style = _style(i, len(series))
+        _operating_point(axes, point[0] if point else None, style["color"])
         scores = np.asarray(scores, dtype=np.float64)
         correct = np.asarray(correct, dtype=np.float64)
         label = (f"{name}: {aurc_label} = {aurc(scores, correct):.4f}, "
@@ -314,11 +397,16 @@ def risk_coverage_figure(series: Sequence[tuple[str, np.ndarray, np.ndarray, boo
         for ax, generalized in ((axes[0], False), (axes[1], True)):
             cov, risk = risk_coverage_curve(scores, correct, generalized=generalized)
             if selects and len(cov) > 1:
-                ax.plot(cov, risk, color=style["color"], linewidth=1.4, label=label, zorder=3)
+                ax.plot(cov, risk, color=style["color"], linestyle=style["linestyle"],
+                        linewidth=1.4, label=label, zorder=3)
             else:
                 ax.plot(cov, risk, color=style["color"], marker=style["marker"], markersize=8,
                         fillstyle="none", markeredgewidth=1.5, linestyle="none", label=label,
                         zorder=4)  # hollow: methods at the same point stay visible
+    if target_risk is not None:
+        axes[0].axhline(target_risk, color="gray", linestyle=":", linewidth=1.2, zorder=1)
+        axes[0].annotate(f"guaranteed r = {target_risk:g} (stars: the chosen thresholds)",
+                         (0.01, target_risk), fontsize=7, color="gray", va="bottom")
     for ax, what in ((axes[0], "selective risk (error rate of the accepted)"),
                      (axes[1], "generalized risk (errors among the accepted / N)")):
         ax.set_xlim(0.0, 1.02)
@@ -331,6 +419,16 @@ def risk_coverage_figure(series: Sequence[tuple[str, np.ndarray, np.ndarray, boo
     fig.suptitle(f"{title}\none point per distinct selector score (ties merged); "
                  "a selector that does not select: one marker", fontsize=9.5)
     return fig
+
+
+def _operating_point(axes, point: tuple[float, float] | None, color: Any) -> None:
+    """A risk guarantee's chosen (coverage, selective risk) as a star on both panels."""
+    if point is None or not all(np.isfinite(point)):
+        return
+    cov, risk = point
+    for ax, y in ((axes[0], risk), (axes[1], risk * cov)):
+        ax.plot([cov], [y], marker="*", markersize=13, color=color, markeredgecolor="black",
+                markeredgewidth=0.6, linestyle="none", zorder=5)
 
 
 def confidence_figure(arrays: dict[str, np.ndarray], accept: np.ndarray, beta: float,
@@ -363,4 +461,65 @@ def confidence_figure(arrays: dict[str, np.ndarray], accept: np.ndarray, beta: f
     ax_a.legend(loc="best", fontsize=7.5)
     ax_a.grid(alpha=0.3)
     fig.suptitle(title)
+    return fig
+
+
+def _cd_rows(ax, ranks: Sequence[tuple[str, float]], x_lo: float, x_hi: float,
+             top: float) -> float:
+    """The methods of a critical-difference diagram: the better half labelled on the left,
+    the other half on the right, each joined to its average rank on the axis; the lowest y."""
+    half = (len(ranks) + 1) // 2
+    sides = [(ranks[:half], x_lo, "right"), (list(reversed(ranks[half:])), x_hi, "left")]
+    bottom = top
+    for side, x_end, align in sides:
+        for i, (name, rank) in enumerate(side):
+            y = top - 0.35 * i
+            bottom = min(bottom, y)
+            ax.plot([rank, rank, x_end], [0.0, y, y], color="0.25", linewidth=0.9)
+            pad = -0.01 if align == "right" else 0.01
+            ax.text(x_end + pad * (x_hi - x_lo), y, f"{name} ({rank:.2f})", ha=align,
+                    va="center", fontsize=8.5, clip_on=False)
+    return bottom
+
+
+def critical_difference_figure(ranks: Sequence[tuple[str, float]],
+                               groups: Sequence[tuple[float, float]], cd: float | None,
+                               title: str):
+    """A critical-difference diagram (Demšar 2006): the methods' average ranks on an axis
+    (1 = best, on the left), a thick bar under each group of methods whose ranks do not
+    differ significantly (``groups``: its lowest and highest average rank), and the critical
+    difference drawn to scale above the axis (none where ``cd`` is None; it may reach past
+    the last rank: then no two methods can differ).
+
+    ``ranks``: (method, average rank) in rank order, as
+    :func:`selbench.reporting.ranking.diagram` gives them."""
+    k = len(ranks)
+    hi = max(float(k), 2.0, 1.0 + (cd or 0.0))  # the critical difference may exceed the axis
+    label_w = 0.3 + 0.062 * max((len(f"{n} (0.00)") for n, _ in ranks), default=0)
+    top = -0.45 - 0.2 * len(groups)
+    y_min = top - 0.35 * ((k + 1) // 2 - 1) - 0.3
+    height = 0.75 * (1.3 - y_min) + 0.9
+    fig = _figure(6.0 + 2 * label_w, height, left=label_w, right=label_w, top=0.75, bottom=0.1)
+    ax = fig.subplots()
+    x_lo, x_hi = 1.0 - 0.03 * (hi - 1.0) - 0.2, hi + 0.03 * (hi - 1.0) + 0.2
+    ax.set_xlim(x_lo, x_hi)
+    ax.set_ylim(y_min, 1.3)
+    ax.set_axis_off()
+    ax.plot([1.0, max(k, 2)], [0.0, 0.0], color="black", linewidth=1.2)
+    step = 1 if k <= 20 else 2 if k <= 40 else 5
+    for t in range(1, max(k, 2) + 1, step):
+        ax.plot([t, t], [0.0, 0.08], color="black", linewidth=1.0)
+        ax.text(t, 0.14, str(t), ha="center", va="bottom", fontsize=8)
+    if cd is not None:
+        ax.plot([1.0, 1.0 + cd], [0.85, 0.85], color=DIAGONAL_COLOR, linewidth=1.6)
+        for x in (1.0, 1.0 + cd):
+            ax.plot([x, x], [0.78, 0.92], color=DIAGONAL_COLOR, linewidth=1.2)
+        ax.text(1.0 + cd / 2, 0.97, f"CD = {cd:.2f}", ha="center", va="bottom", fontsize=8.5,
+                color=DIAGONAL_COLOR)
+    for g, (lo, high) in enumerate(groups):
+        y = -0.3 - 0.2 * g
+        ax.plot([lo - 0.05, high + 0.05], [y, y], color="black", linewidth=3.0,
+                solid_capstyle="round", zorder=3)
+    _cd_rows(ax, ranks, x_lo, x_hi, top)
+    fig.suptitle(title, fontsize=9.5)
     return fig

@@ -28,6 +28,11 @@ directories run with different specs, are refused with an error naming the spec 
 A cell *reused* by a later run is not "mixed": its content key proves it is exactly the
 computation the current spec asks for, whichever spec first computed it.
 
+**Across experiments.** With two or more experiments the JSON gets a ``summary`` (average
+ranks, Friedman and Nemenyi tests, win rates with bootstrap intervals) and the Markdown an
+"Across experiments" section, both from :mod:`selbench.reporting.ranking`; a single
+experiment's outputs have neither.
+
 The Markdown holds no dates or timings, so an interrupted-and-resumed run renders it byte for
 byte like an uninterrupted one; the JSON carries the full provenance (dates, versions, device,
 timings).
@@ -47,8 +52,11 @@ import numpy as np
 from tabulate import tabulate
 
 from selbench.measure import stats as S
+from selbench.measure.guarantee import RISK_GUARANTEE_COLUMNS
 from selbench.measure.metrics import DEFAULT_COLUMNS, auc, metric_info
+from selbench.reporting import ranking
 from selbench.reporting.loading import LeaderboardError, ResultSet, load_results, short_hash
+from selbench.reporting.tuned import tuning_entry, tuning_line
 from selbench.util.files import atomic_write_json, atomic_write_text
 
 __all__ = [
@@ -90,7 +98,8 @@ def columns_for(exp: dict) -> tuple[Column, ...]:
     keys = exp.get("metrics")
     if not keys:
         keys = list(DEFAULT_COLUMNS) + (
-            ["guaranteed_coverage"] if exp.get("coverage_guarantee") else [])
+            ["guaranteed_coverage"] if exp.get("coverage_guarantee") else []) + (
+            list(RISK_GUARANTEE_COLUMNS) if exp.get("risk_guarantee") else [])
     return tuple(Column.of(k) for k in keys)
 
 
@@ -252,7 +261,9 @@ def _experiment_table(results: ResultSet, exp: dict) -> dict[str, Any]:
     cols = columns_for(exp)
     rows = [_method_row(results, exp, method["label"], cols, betas, level)
             for method in exp["methods"]]
-    _mark_best(rows)
+    shared = any(c.get("shared_fit_rows") for c in results.cells
+                 if c.get("experiment") == exp["name"])
+    _mark_best(rows, test=not shared)
     return {
         "name": exp["name"],
         "report": exp["report"],
@@ -264,6 +275,9 @@ def _experiment_table(results: ResultSet, exp: dict) -> dict[str, Any]:
         "eval_split": exp["eval_split"],
         "n_fit": exp["n_fit"],
         "coverage_guarantee": exp.get("coverage_guarantee"),
+        **({"risk_guarantee": exp["risk_guarantee"]} if exp.get("risk_guarantee") else {}),
+        **tuning_entry(results, exp),  # tuned experiments only
+        **({"shared_fit_rows": True} if shared else {}),
         "metrics": [c.key for c in cols],
         "bootstrap_level": level,
         "rows": rows,
@@ -280,7 +294,7 @@ def tables_from(results: ResultSet) -> dict[str, Any]:
     intervals over the evaluation examples (per seed, and the mean of their bounds)."""
     experiments = [_experiment_table(results, exp) for exp in results.experiments]
     specs = [s["spec"] for s in results.sources]
-    return {
+    tables = {
         "provenance": _provenance(results),
         "spec": specs[0] if len(specs) == 1 else specs,
         "statistics": {
@@ -298,6 +312,10 @@ def tables_from(results: ResultSet) -> dict[str, Any]:
             k for e in experiments for k in e["metrics"])},
         "experiments": experiments,
     }
+    summary = ranking.summarize(experiments)  # across experiments: None with fewer than two
+    if summary is not None:
+        tables["summary"] = summary
+    return tables
 
 
 def build_tables(
@@ -336,7 +354,9 @@ def _points(rows: list[dict], key: str) -> list[str]:
     return list(rows[0]["metrics"][key]) if rows else []
 
 
-def _mark_best(rows: list[dict]) -> None:
+def _mark_best(rows: list[dict], test: bool = True) -> None:
+    """Mark the best row(s) of every column; ``test=False`` (every seed fitted the same rows:
+    no data variation to test over seeds) marks the best mean only, with no p-value."""
     for col in (Column.of(k) for k in (rows[0]["metrics"] if rows else ())):
         for point in _points(rows, col.key):
             stats = [r["metrics"][col.key][point] for r in rows]
@@ -350,6 +370,8 @@ def _mark_best(rows: list[dict]) -> None:
             verdict = S.compare_to_best(per_method, lower_is_better=col.lower_is_better)
             for i, st in enumerate(stats):
                 st.update(verdict[str(i)])
+                if not test:
+                    st.update(best=st["best_mean"], p_vs_best=None, n_pairs=None)
 
 
 # --------------------------------------------------------------------------- rendering
@@ -397,6 +419,16 @@ def _stats_note(n_seeds: int, metric: str) -> str:
             "in leaderboard.json and .csv.")
 
 
+def _part_seeds(prov: dict) -> str:
+    """`` (dir a: seeds 0, 1, 2; dir b: seeds 0, 1, 2, 3, 4)`` when combined results
+    directories were run with different seeds; else nothing."""
+    parts = prov.get("sources") or []
+    if len({tuple(s["provenance"]["seeds"]) for s in parts}) <= 1:
+        return ""
+    return " (" + "; ".join(f"{_md(s['dir'])}: seeds {', '.join(map(str, s['provenance']['seeds']))}"
+                            for s in parts) + ")"
+
+
 def _markdown_preamble(tables: dict) -> list[str]:
     """The Markdown's title, provenance line and statistics note, and the notes on mixed or
     partial results."""
@@ -408,7 +440,7 @@ def _markdown_preamble(tables: dict) -> list[str]:
         f"# Leaderboard: {_md(prov['spec_name'])}",
         "",
         (f"selbench {prov['selbench']} · {hash_text} · seeds "
-        f"{', '.join(map(str, seeds))} · values are mean ± std over seeds · "
+        f"{', '.join(map(str, seeds))}{_part_seeds(prov)} · values are mean ± std over seeds · "
         "↓ lower is better, ↑ higher is better"),
         "",
         _stats_note(len(seeds), _headline_label(tables)),
@@ -449,10 +481,14 @@ def _markdown_auc(exp: dict, cols: Sequence[Column], head: Column | None, exp_p:
 def _markdown_per_beta(exp: dict, cols: Sequence[Column], head: Column | None,
                        exp_p: bool) -> list[str]:
     """A ``per_beta`` experiment's Markdown: one table per metric over β, and the headline
-    metric's p-values."""
+    metric's p-values; the β-free (ranking) metrics once, in a table of their own
+    (:func:`_markdown_beta_free`), unless each β has its own cells (``train_beta: per_beta``)."""
     lines: list[str] = []
     headers = ["Method"] + [f"β={b:g}" for b in exp["betas"]]
+    once = [c for c in cols if c.kind == "ranking"] if exp["train_beta"] != "per_beta" else []
     for c in cols:
+        if c in once:
+            continue
         lines += [f"### {c.header} at coverage β", ""]
         body = [[_md(r["method"])] + [_fmt(r["metrics"][c.key][f"{b:g}"]) for b in exp["betas"]]
                 for r in exp["rows"]]
@@ -462,7 +498,23 @@ def _markdown_per_beta(exp: dict, cols: Sequence[Column], head: Column | None,
             body = [[_md(r["method"])] + [_fmt_p(r["metrics"][c.key][f"{b:g}"])
                                      for b in exp["betas"]] for r in exp["rows"]]
             lines += [tabulate(body, headers, tablefmt="github", disable_numparse=True), ""]
-    return lines
+    return lines + (_markdown_beta_free(exp, once, head, exp_p) if once else [])
+
+
+def _markdown_beta_free(exp: dict, once: Sequence[Column], head: Column | None,
+                        exp_p: bool) -> list[str]:
+    """The ranking metrics of a ``report: betas`` table, shown once: one value per cell from
+    the selector's scores over all evaluation examples, the same at every β."""
+    point = f"{exp['betas'][0]:g}"
+    with_p = exp_p and head in once
+    headers = ["Method"] + [c.header for c in once] + ([f"p ({head.label})"] if with_p else [])
+    body = [[_md(r["method"])] + [_fmt(r["metrics"][c.key][point]) for c in once]
+            + ([_fmt_p(r["metrics"][head.key][point])] if with_p else []) for r in exp["rows"]]
+    names = ", ".join(c.label for c in once)
+    return [f"### {names}: the same at every coverage β", "",
+            (f"{names}: once per cell over all evaluation examples, from the selector's "
+             "scores (not a function of β)."), "",
+            tabulate(body, headers, tablefmt="github", disable_numparse=True), ""]
 
 
 def render_markdown(tables: dict) -> str:
@@ -482,13 +534,26 @@ def render_markdown(tables: dict) -> str:
             + f", evaluated on `{exp['eval_split']}`; {trained}.",
             "",
         ]
+        if exp.get("tuning"):
+            lines += [tuning_line(exp["tuning"], tb), ""]
+        if exp.get("shared_fit_rows"):
+            lines += [("**Every seed fits the same rows** (n_fit unset or the whole fitting "
+                       "split): the seeds vary only the methods' own randomness, so no "
+                       "significance test is shown and bold marks the best mean only."), ""]
         if exp["coverage_guarantee"]:
             lines += [(f"Coverage guaranteed with probability ≥ 1 − δ, δ = "
                       f"{exp['coverage_guarantee']['delta']:g} (Hoeffding)."), ""]
+        if exp.get("risk_guarantee"):
+            rg = exp["risk_guarantee"]
+            lines += [(f"Selective risk guaranteed ≤ r = {rg['risk']:g} with probability ≥ 1 − δ, "
+                       f"δ = {rg['delta']:g}: SGR's threshold (binomial tail, union bound) from "
+                       "each seed's fitting rows, measured on the evaluation data."), ""]
         if exp["report"] == "auc":
             lines += _markdown_auc(exp, cols, head, exp_p)
         else:
             lines += _markdown_per_beta(exp, cols, head, exp_p)
+    if tables.get("summary") is not None:
+        lines += ranking.markdown_section(tables["summary"])
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -15,11 +15,16 @@ from typing import Any
 
 from selbench.store.results import ResultsDir, ResultsError
 
-__all__ = ["LeaderboardError", "ResultSet", "load_results", "short_hash"]
+__all__ = ["LeaderboardError", "NotResultsError", "ResultSet", "load_results", "short_hash"]
 
 
 class LeaderboardError(RuntimeError):
     """The results directory is incomplete or inconsistent."""
+
+
+class NotResultsError(LeaderboardError, ResultsError):
+    """The folder given is not a results directory at all (absent, or no ``run.json``): bad
+    input (exit 2 on the command line), and still a :class:`LeaderboardError`."""
 
 
 @dataclass
@@ -59,6 +64,12 @@ def _load_dir(
     record's checksum (and its arrays'): a damaged cell counts as missing, never as data.
     """
     store = ResultsDir(out_dir)
+    if not out_dir.is_dir():
+        raise NotResultsError(f"{out_dir}: no such folder; give a results directory written "
+                              "by `selbench run`" if not out_dir.exists() else
+                              f"{out_dir}: is a file, not a results directory")
+    if not store.run_path.is_file():
+        raise NotResultsError(f"{out_dir}: no run.json; is this a selbench results directory?")
     try:
         run = store.read_run().model_dump(mode="json")
     except ResultsError as exc:

@@ -38,6 +38,10 @@ without recomputing anything. Files go to ``DIR/plots/<experiment>/`` as PNG and
     AURC and AUGRC (:func:`selbench.measure.riskcoverage.aurc`, :func:`~selbench.measure.riskcoverage.augrc`).
     A selector that does not select (its cell records ``selects: false``; its scores are
     constant) has a single point, at full coverage, drawn as a marker.
+``DIR/plots/summary/critical-difference-<metric>.png``  (two or more experiments; not in an experiment's folder)
+    Each method's average rank over the experiments for one metric (1 = best, on the left),
+    a bar joining the methods whose ranks the Nemenyi test does not separate, and the
+    critical difference drawn to scale: see :mod:`selbench.reporting.ranking`.
 ``confidence/<method>.png``  (Figure 3)
     Left: histogram of the recalibrated confidence of all examples and of the accepted ones at
     β. Right: the method's selective accuracy over β (mean ± std over seeds), with the
@@ -57,7 +61,8 @@ over β are the means and standard deviations over seeds of the values the cells
 
 Figures are drawn with matplotlib's object API on the Agg canvas (no pyplot, no global
 backend switch, no display needed); SVGs carry no date and stable element ids, so redrawing
-unchanged results gives identical files. With more than one usable CPU and enough figures,
+unchanged results gives identical files, and a figure whose inputs did not change is not
+redrawn at all (:mod:`selbench.reporting.figkeys`). With more than one usable CPU and enough figures,
 worker processes draw some of them (``workers=`` of :func:`write_plots`, or
 ``$SELBENCH_PLOT_WORKERS``; 1 draws them all in the calling process): the files are the
 same bytes either way.
@@ -80,17 +85,19 @@ from typing import Any
 import numpy as np
 
 from selbench.measure.metrics import accept_mask
-from selbench.reporting import figures
+from selbench.reporting import figures, ranking
+from selbench.reporting.figkeys import FigureKeys, code_digest, value_digest
 from selbench.reporting.figures import (
     RC_PARAMS,
     ReliabilityBins,
     figure_paths,
     reliability_bins,
+    reliability_diagram,
     reliability_figure,
     risk_coverage_figure,
     save_figure,
 )
-from selbench.reporting.leaderboard import columns_for
+from selbench.reporting.leaderboard import columns_for, tables_from
 from selbench.reporting.loading import LeaderboardError, ResultSet, load_results
 from selbench.store.results import CellRecord, ResultsDir, ResultsError, slug
 
@@ -100,6 +107,7 @@ __all__ = [
     "metric_curves",
     "plot_beta",
     "reliability_bins",
+    "reliability_diagram",
     "reliability_figure",
     "risk_coverage_figure",
     "write_plots",
@@ -485,13 +493,30 @@ def _experiment_jobs(results: ResultSet, exp: dict, store: ResultsDir,
         if found is None:
             continue
         arrays, seed, b_used, selects = found
+        point = _operating_point(results, exp["name"], label, seed,
+                                 b_used if exp["train_beta"] == "per_beta" else None)
         ranked.append((label + ("" if b_used == b else f" (trained at β = {b_used:g})")
-                       + f", seed {seed}", arrays["score"], arrays["correct"], selects))
+                       + f", seed {seed}", arrays["score"], arrays["correct"], selects)
+                      + ((point,) if point is not None else ()))
         jobs += _method_jobs(exp["name"], method, label, curve, found, delta, where)
     if ranked:
-        jobs.append(_Job("risk_coverage_figure", (ranked, f"{name}, risk against coverage"),
-                         where / "risk-coverage"))
+        target = (exp.get("risk_guarantee") or {}).get("risk")
+        args = (ranked, f"{name}, risk against coverage") + ((target,) if target else ())
+        jobs.append(_Job("risk_coverage_figure", args, where / "risk-coverage"))
     return jobs
+
+
+def _operating_point(results: ResultSet, experiment: str, method: str, seed: int,
+                     train_beta: float | None) -> tuple[float, float] | None:
+    """The (coverage, selective risk) a risk guarantee gave the plotted cell (for ``per_beta``
+    experiments the cell trained at ``train_beta``), or ``None``."""
+    for rec in results.cells:
+        got = rec.get("metrics", {})
+        if (rec["experiment"] == experiment and rec["method"] == method
+                and int(rec["seed"]) == seed and "rg_coverage" in got
+                and (train_beta is None or float(rec["train_beta"]) == train_beta)):
+            return float(got["rg_coverage"][0]), float(got["rg_risk"][0])
+    return None
 
 
 def _method_jobs(experiment: str, method: dict, label: str, curve: dict,
@@ -511,6 +536,19 @@ def _method_jobs(experiment: str, method: dict, label: str, curve: dict,
                  where / "reliability" / slug(label)),
             _Job("confidence_figure", (arrays, accept, b_used, curve, title),
                  where / "confidence" / slug(label))]
+
+
+def _summary_jobs(results: ResultSet, store: ResultsDir) -> list[_Job]:
+    """With two or more experiments, a critical-difference diagram of each metric the
+    summary across experiments ranks (:mod:`selbench.reporting.ranking`), at least two
+    methods ranked."""
+    summary = tables_from(results).get("summary")
+    if summary is None:
+        return []
+    where = store.plots_dir("summary")
+    return [_Job("critical_difference_figure", ranking.diagram(entry, len(summary["experiments"])),
+                 where / f"critical-difference-{key}")
+            for key, entry in summary["metrics"].items() if len(entry["methods"]) >= 2]
 
 
 def write_plots(
@@ -538,8 +576,13 @@ def write_plots(
             :data:`MIN_PARALLEL_FIGURES` figures, else 1. The files are the same bytes
             however many processes draw them.
 
+    A figure is drawn only when its inputs changed (its data, the formats, or the drawing
+    code: :mod:`selbench.reporting.figkeys`, keys in ``plots/.keys.json``) or one of its
+    files is missing; the others are left as they are.
+
     Returns:
-        The paths written, in the same order however many processes drew them. Methods
+        The paths of every figure (drawn now or up to date), in the same order however many
+        processes drew them. Methods
         without per-example arrays (e.g. cells of a foreign run) get no reliability diagram
         or histogram and no risk-coverage curve (an experiment where no method has them, no
         risk-coverage figure).
@@ -554,9 +597,16 @@ def write_plots(
         out = dirs[0]
     results = load_results(dirs, allow_partial=allow_partial, allow_mixed=allow_mixed)
     store = ResultsDir(out)  # its plots folders never lead out of it through a link
-    jobs: list[_Job] = []
-    for exp in results.experiments:
-        jobs += _experiment_jobs(results, exp, store, beta)
-    n = _n_workers(workers, len(jobs))
+    jobs = [job for exp in results.experiments for job in _experiment_jobs(results, exp, store, beta)]
+    jobs += _summary_jobs(results, store)
     with matplotlib.rc_context(RC_PARAMS):
-        return _draw_all(jobs, formats, n)
+        keys = FigureKeys(store.inside(store.root / "plots"))
+        code = code_digest(figures)
+        todo = []
+        for job in jobs:
+            key = value_digest(code, job.maker, job.args, list(formats))
+            if not keys.up_to_date(job.stem, key, figure_paths(job.stem, formats)):
+                todo.append((job, key))
+        _draw_all([job for job, _ in todo], formats, _n_workers(workers, len(todo)))
+    keys.save([(job.stem, key) for job, key in todo])
+    return [path for job in jobs for path in figure_paths(job.stem, formats)]

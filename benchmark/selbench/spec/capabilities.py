@@ -1,7 +1,9 @@
 """The capability checks of a spec: what the plugins of a method or an experiment declare
 about each other (see the table in :mod:`selbench.contract.api`), read from each factory
-class: a scheme's required losses and selector/recalibrator kinds (:func:`check_method`) and
-the dataset inputs a backbone reads (:func:`check_inputs_kind`). Nothing here depends on a
+class: a scheme's required losses and selector/recalibrator kinds (:func:`check_method`),
+the dataset inputs a backbone reads (:func:`check_inputs_kind`), and the data an experiment
+declares (:func:`check_data`: each plugin's ``check_inputs`` hook opens its input files, a
+dataset's ``split_sizes`` checks the split names and ``n_fit``). Nothing here depends on a
 plugin's name.
 """
 
@@ -11,12 +13,15 @@ from typing import Any
 
 from selbench.contract.api import (
     CoverageLoss,
+    Dataset,
     DifferentiableRecalibrator,
     SelectionLoss,
     TrainableSelector,
 )
+from selbench.contract.params import PluginBase
 from selbench.contract.registry import Registered, Registry
-from selbench.spec.model import MethodSpec
+from selbench.measure.metrics import METRICS
+from selbench.spec.model import METHOD_FIELDS, ExperimentSpec, MethodSpec, ResolvedSpec
 
 # What plugins declare about each other (see the table in :mod:`selbench.contract.api`), read from
 # the factory when it is a class. Nothing here depends on a plugin's name.
@@ -153,6 +158,34 @@ def _check_recalibrator(registry: Registry, m: MethodSpec, scheme: Registered,
     return not_differentiable
 
 
+def check_distribution_metrics(registry: Registry, exp: ExperimentSpec, base: str,
+                               errors: list[str]) -> None:
+    """A column of the recalibrated distribution (registry ``needs="log_probs"``: the
+    full-distribution NLL, the class-wise ECE) needs every method's recalibrator to define
+    that distribution: a :class:`DifferentiableRecalibrator` declaring
+    ``provides_log_probs = True``. A factory function declares nothing (checked when run)."""
+    wanted = [k for k in exp.metrics or () if METRICS[k].needs == "log_probs"]
+    if not wanted:
+        return
+    for m_i, m in enumerate(exp.methods):
+        name = m.recalibrator.name if m.recalibrator is not None else "none"
+        try:
+            reg = registry.get("recalibrator", name)
+        except Exception:  # an unknown plugin is reported by the component checks
+            continue
+        if _cap(reg, "provides_log_probs", None) is _UNDECLARED:
+            continue
+        if not (_is(reg, DifferentiableRecalibrator) is True
+                and _cap(reg, "provides_log_probs", None) is True):
+            errors.append(
+                f"{base}.metrics: {', '.join(map(repr, wanted))} need the recalibrated "
+                f"distribution, which recalibrator {name!r} of {base}.methods[{m_i}] "
+                f"({m.label}) does not define (it declares no provides_log_probs)"
+                + _hint("recalibrators that define it", _names(
+                    registry, "recalibrator", lambda f: issubclass(f, DifferentiableRecalibrator)
+                    and getattr(f, "provides_log_probs", None) is True)))
+
+
 def _check_log_probs(registry: Registry, m: MethodSpec, scheme: Registered,
                      regs: dict[str, Registered | None], not_differentiable: bool,
                      mbase: str, errors: list[str]) -> None:
@@ -175,3 +208,61 @@ def _check_log_probs(registry: Registry, m: MethodSpec, scheme: Registered,
                     and getattr(f, "provides_log_probs", None) is True)),
             )
         )
+
+
+def _overrides(factory: Any, base: type, method: str) -> bool:
+    """Whether a plugin's factory class overrides ``base.method`` (declares the hook)."""
+    return isinstance(factory, type) and getattr(factory, method, None) is not getattr(
+        base, method)
+
+
+def check_data(resolved: ResolvedSpec, exp: ExperimentSpec, base: str) -> list[str]:
+    """``path: problem`` for what a run of ``exp`` would reject in its data, found without
+    running a backbone: the declared inputs of every plugin overriding ``check_inputs``
+    (opened by it), and, when the dataset declares ``split_sizes``, the split names and
+    ``n_fit`` against them. Only plugins declaring a hook are built (their ``__init__`` only
+    stores parameters)."""
+    comps = [("dataset", "dataset", exp.dataset), ("backbone", "backbone", exp.backbone)]
+    for m_i, m in enumerate(exp.methods):
+        comps += [(kind, f"methods[{m_i}].{field}", getattr(m, field))
+                  for kind, field in METHOD_FIELDS if getattr(m, field) is not None]
+    problems: list[str] = []
+    seen: set[tuple[str, str, str]] = set()
+    for kind, where, comp in comps:
+        factory = resolved.registry.get(kind, comp.name).plugin.factory
+        inputs = resolved.inputs(kind, comp)
+        hook = bool(inputs) and _overrides(factory, PluginBase, "check_inputs")
+        sizes = kind == "dataset" and _overrides(factory, Dataset, "split_sizes")
+        ident = (kind, comp.name, repr(sorted(resolved.params(kind, comp).items())))
+        if not (hook or sizes) or (ident in seen and not sizes):
+            continue
+        seen.add(ident)
+        path = f"{base}.{where}" + (f".params.{next(iter(inputs))}" if len(inputs) == 1 else "")
+        try:
+            plugin = resolved.build(kind, comp)
+            if hook:
+                plugin.check_inputs()
+            known = plugin.split_sizes() if sizes else None
+        except (ValueError, OSError) as exc:
+            problems.append(f"{path}: {exc}")
+            continue
+        if known is not None:
+            problems += _check_split_sizes(exp, known, base)
+    return problems
+
+
+def _check_split_sizes(exp: ExperimentSpec, sizes: dict[str, int], base: str) -> list[str]:
+    """The experiment's split names exist in ``sizes``, and its ``n_fit`` fits its split."""
+    name = exp.dataset.name
+    problems = [
+        f"{base}.{which}: dataset {name!r} has no split {split!r}; available: "
+        f"{', '.join(sizes)}"
+        for which, split in (("fit_split", exp.fit_split), ("eval_split", exp.eval_split))
+        if split not in sizes
+    ]
+    n = sizes.get(exp.fit_split)
+    if exp.n_fit is not None and n is not None and exp.n_fit > n:
+        problems.append(f"{base}.n_fit: {exp.n_fit} examples asked, but split "
+                        f"{exp.fit_split!r} of dataset {name!r} has only {n}; lower n_fit to "
+                        f"at most {n}, or leave it out to fit on the whole split")
+    return problems

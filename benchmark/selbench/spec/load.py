@@ -1,8 +1,10 @@
 """Loading a spec: :func:`load_spec` reads it (:mod:`selbench.spec.yamlio`), applies the
 overrides (:mod:`selbench.spec.overrides`), validates its structure
 (:mod:`selbench.spec.model`), finds every component's plugin and validates its params, checks
-the capabilities (:mod:`selbench.spec.capabilities`) and the declared input files, and leaves
-out the optional experiments that cannot run.
+the capabilities (:mod:`selbench.spec.capabilities`) and the declared input files (present,
+then opened by the plugins that declare ``check_inputs``; the split names and ``n_fit``
+where the dataset declares ``split_sizes``), and leaves out the optional experiments that
+cannot run.
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ from selbench.contract.registry import (
     format_validation_error,
     get_registry,
 )
-from selbench.spec.capabilities import check_inputs_kind, check_method
+from selbench.spec.capabilities import (
+    check_data,
+    check_distribution_metrics,
+    check_inputs_kind,
+    check_method,
+)
 from selbench.spec.model import (
     METHOD_FIELDS,
     Component,
@@ -33,6 +40,7 @@ from selbench.spec.model import (
     params_key,
 )
 from selbench.spec.overrides import apply_overrides
+from selbench.spec.search import check_search
 from selbench.spec.yamlio import read_yaml, shape_problem
 
 
@@ -87,7 +95,7 @@ def _read(source: str | Path | dict, overrides: list[str] | tuple[str, ...],
     try:
         spec = Spec.model_validate(raw)
     except ValidationError as exc:
-        raise SpecError(format_validation_error(exc, ""), label) from None
+        raise SpecError(format_validation_error(exc, "", Spec), label) from None
     return raw, spec
 
 
@@ -107,6 +115,7 @@ def _check_components(registry: Registry,
             check_inputs_kind(registry, dataset, backbone, f"{base}.backbone", errors)
         for m_i, m in enumerate(exp.methods):
             _check_method_components(registry, m, f"{base}.methods[{m_i}]", errors, validated)
+        check_distribution_metrics(registry, exp, base, errors)
     return errors, validated
 
 
@@ -132,6 +141,7 @@ def _check_method_components(registry: Registry, m: MethodSpec, mbase: str,
                     f"`{field}` expects a {want.__name__}"
                 )
     check_method(registry, m, regs, mbase, errors)
+    check_search(registry, m, mbase, errors)
 
 
 def _check_component(registry: Registry, kind: str, comp: Component, path: str,
@@ -147,7 +157,7 @@ def _check_component(registry: Registry, kind: str, comp: Component, path: str,
         try:
             validated[key] = reg.validate_params(comp.params)
         except ValidationError as exc:
-            errors.extend(format_validation_error(exc, f"{path}.params"))
+            errors.extend(format_validation_error(exc, f"{path}.params", reg.plugin.params))
     return reg
 
 
@@ -166,7 +176,8 @@ def _available(resolved: ResolvedSpec,
         if missing and exp.optional:
             skipped.append((exp.name, f"optional, skipped: {missing[0]}"))
         else:
-            errors.extend(missing)
+            # the inputs present are opened enough to catch what a run would reject
+            errors.extend(missing or check_data(resolved, exp, f"experiments[{e_i}]"))
             keep.append(e_i)
     return keep, skipped, errors
 

@@ -25,6 +25,8 @@ from pydantic_core import PydanticCustomError
 
 from selbench.contract.inputs import InputSpec, declared_inputs, resolve_path
 from selbench.contract.registry import Registry
+from selbench.contract.search import SearchError, Tune
+from selbench.measure.guarantee import RISK_GUARANTEE_COLUMNS
 from selbench.measure.metrics import DEFAULT_BETAS, DEFAULT_COLUMNS, METRICS, unknown_metric
 from selbench.spec.executor import ExecutorOptions
 
@@ -81,12 +83,39 @@ class MethodSpec(_Model):
     recalibrator: Component = Field(default_factory=lambda: Component(name="none"))
     loss: Component | None = Field(default=None, description="selective loss (trained schemes)")
     coverage: Component | None = Field(default=None, description="coverage loss (trained schemes)")
+    search: SearchSpace = Field(
+        default=None,
+        description="with the experiment's `tuning`: the parameters tuned, {\"<field>.<param>\": "
+                    "{log_uniform|uniform|int: [low, high]} | {choice: [...]} | default}, replacing "
+                    "the plugins' declared spaces ({}: not tuned); left out: the declared spaces",
+    )
+
+
+class TuningSpec(_Model):
+    """Equal-budget tuning (:mod:`selbench.execution.tuning`): each method's cell gets ``trials``
+    fits on an ``inner`` part of its fitting rows, scored by ``objective`` on the rest."""
+
+    trials: int = Field(ge=1, le=100_000, description="Optuna trials per method and seed")
+    objective: Annotated[str, AfterValidator(_objective)] = Field(
+        description="registry metric scored on the held-out fitting rows at the training β")
+    inner: float = Field(0.3, gt=0.0, lt=1.0,
+                         description="fraction of the fitting rows held out to score trials")
+    sampler: Literal["tpe", "random"] = Field("tpe", description="Optuna sampler (seeded)")
 
 
 class GuaranteeSpec(_Model):
     """Hoeffding-guaranteed coverage: lower τ until coverage − ε ≥ β with prob. 1 − δ."""
 
     delta: float = Field(gt=0.0, lt=1.0)
+
+
+class RiskGuaranteeSpec(_Model):
+    """Guaranteed selective risk (SGR, :func:`selbench.measure.guarantee.sgr`): a threshold
+    chosen on the labelled fitting data so that the selective error is at most ``risk`` with
+    probability at least 1 − ``delta``."""
+
+    risk: float = Field(gt=0.0, lt=1.0, description="target selective risk r (top-label error)")
+    delta: float = Field(gt=0.0, lt=1.0, description="failure probability δ")
 
 
 class BootstrapSpec(_Model):
@@ -116,6 +145,43 @@ def _metric_names(v: list[str] | None) -> list[str] | None:
 
 #: the leaderboard columns of an experiment, registry names (see :data:`METRICS`)
 MetricNames = Annotated[list[str] | None, AfterValidator(_metric_names)]
+
+
+def _objective(v: str) -> str:
+    """A tuning objective: a registered metric (did-you-mean otherwise) with a direction."""
+    if v not in METRICS:
+        raise PydanticCustomError("unknown_metric", "{msg}", {"msg": unknown_metric(v)})
+    if not METRICS[v].marked:
+        raise PydanticCustomError(
+            "objective_direction", "{name} has no direction to optimise (it is set by the spec, "
+            "not won); choose one of {ok}",
+            {"name": repr(v), "ok": ", ".join(k for k, m in METRICS.items() if m.marked)})
+    return v
+
+
+def _search_space(v: dict | None) -> dict | None:
+    """A method's ``search``: ``"<field>.<param>"`` keys, each a distribution or ``default``."""
+    if v is None:
+        return v
+    fields = [f for _, f in METHOD_FIELDS]
+    for path, dist in v.items():
+        field, dot, param = str(path).partition(".")
+        if not dot or not param or field not in fields:
+            raise PydanticCustomError(
+                "search_path", "{path}: name a parameter as <field>.<param>, <field> one of "
+                "{fields} (e.g. scheme.lr)", {"path": repr(path), "fields": ", ".join(fields)})
+        if dist == "default":
+            continue
+        try:
+            Tune.parse(dist)
+        except SearchError as exc:
+            raise PydanticCustomError("search_space", "{path}: {msg}",
+                                      {"path": repr(path), "msg": str(exc)}) from None
+    return v
+
+
+#: a method's ``search:`` (see :class:`MethodSpec`)
+SearchSpace = Annotated[dict[str, Any] | None, AfterValidator(_search_space)]
 
 
 def _name_length(v: str) -> str:
@@ -168,12 +234,18 @@ class ExperimentSpec(_Model):
     )
     report: Literal["auc", "betas"] = "auc"
     coverage_guarantee: GuaranteeSpec | None = None
+    risk_guarantee: RiskGuaranteeSpec | None = Field(
+        default=None, description="SGR threshold from the fitting data: selective risk ≤ r "
+                                  "with probability ≥ 1 − δ; exclusive with coverage_guarantee")
     metrics: MetricNames = Field(
         default=None,
         description="leaderboard columns, names of selbench.measure.metrics.METRICS (default: the "
                     "spec's metrics, else the paper's set)",
     )
     bootstrap: BootstrapSpec = Field(default_factory=BootstrapSpec)
+    tuning: TuningSpec | None = Field(
+        default=None, description="tune every method with an equal budget on its fitting rows "
+                                  "(selbench.execution.tuning); left out: the given parameters")
     optional: bool = Field(
         default=False,
         description="skip this experiment (with one line saying why) when an input file or "
@@ -207,6 +279,25 @@ class ExperimentSpec(_Model):
             if m.label in seen:
                 raise ValueError(f"method label {m.label!r} is used twice")
             seen.add(m.label)
+        return self
+
+    @model_validator(mode="after")
+    def _one_guarantee(self) -> ExperimentSpec:
+        if self.risk_guarantee is not None and self.coverage_guarantee is not None:
+            raise PydanticCustomError(
+                "two_guarantees", "risk_guarantee and coverage_guarantee are exclusive: a "
+                "threshold is chosen for a risk or for a coverage, not both")
+        return self
+
+    @model_validator(mode="after")
+    def _search_needs_tuning(self) -> ExperimentSpec:
+        if self.tuning is None:
+            for m_i, m in enumerate(self.methods):
+                if m.search is not None:
+                    raise PydanticCustomError(
+                        "search_untuned", "methods[{i}].search: has no effect without the "
+                        "experiment's tuning block (tuning: trials, objective)",
+                        {"i": m_i})
         return self
 
 
@@ -252,10 +343,12 @@ class Spec(_Model):
             chosen = exp.metrics if exp.metrics is not None else self.metrics
             if chosen is None:
                 chosen = list(DEFAULT_COLUMNS) + (
-                    ["guaranteed_coverage"] if exp.coverage_guarantee else [])
+                    ["guaranteed_coverage"] if exp.coverage_guarantee else []) + (
+                    list(RISK_GUARANTEE_COLUMNS) if exp.risk_guarantee else [])
             for name in chosen:
                 needs = METRICS[name].needs
-                if needs and getattr(exp, needs) is None:
+                # a setting of the experiment (log_probs: the plugins', spec/capabilities.py)
+                if needs in type(exp).model_fields and getattr(exp, needs) is None:
                     where = f"experiments[{e_i}].metrics" if exp.metrics is not None else "metrics"
                     raise PydanticCustomError(
                         "metric_needs", "{where}: {name} needs {needs} in experiments[{i}] "
@@ -328,6 +421,14 @@ class ResolvedSpec:
     def canonical(self) -> dict:
         """The spec with defaults filled in (plugin params included), JSON-ready."""
         data = self.spec.model_dump(mode="json", exclude={"executor"})
+        for d in data["experiments"]:  # untuned specs keep the canonical form they had
+            if d.get("tuning", 0) is None:
+                del d["tuning"]
+            if d.get("risk_guarantee", 0) is None:  # specs without one keep their hash
+                del d["risk_guarantee"]
+            for dm in d["methods"]:
+                if dm.get("search", 0) is None:
+                    del dm["search"]
         for e_i, exp in enumerate(self.spec.experiments):
             d = data["experiments"][e_i]
             d["dataset"]["params"] = self.params("dataset", exp.dataset)

@@ -21,9 +21,53 @@ class YamlProblem(Exception):
         super().__init__(message)
         self.message, self.line, self.column = message, line, column
 
-    def format(self) -> str:
-        where = f" (line {self.line}, column {self.column})" if self.line is not None else ""
-        return f"<yaml>{where}: {self.message}"
+    def format(self, source: str | None = None) -> str:
+        """``source, line L, column C: message`` (the parts known)."""
+        where = [source] if source else []
+        if self.line is not None:
+            where += [f"line {self.line}", f"column {self.column}"]
+        return f"{', '.join(where) or 'YAML'}: {self.message}"
+
+
+#: PyYAML's problems (a fragment of its text) in our words; the first match is used
+_OUR_WORDS = (
+    ("mapping values are not allowed", "a ':' where a plain value was expected; put a nested "
+     "mapping on its own, indented lines, or quote a value that contains ': '"),
+    ("could not find expected ':'", "a key without its ':', or a line that continues a value "
+     "at the wrong indentation"),
+    ("found character '\\t'", "a tab character; indent YAML with spaces"),
+    ("cannot start any token", "a character that cannot start a plain value (such as '@', "
+     "'`' or '%'); quote the value"),
+    ("expected <block end>", "the indentation does not match the lines above (a line indented "
+     "more or less than the others at its level)"),
+    ("did not find expected key", "the indentation does not match the lines above (a line "
+     "indented more or less than the others at its level)"),
+    ("did not find expected '-'", "a list item ('- ...') at the wrong indentation"),
+    ("expected ',' or ']'", "a '[' list is not closed by ']', or two of its items lack a ',' "
+     "between them"),
+    ("expected ',' or '}'", "a '{' mapping is not closed by '}', or two of its entries lack a "
+     "',' between them"),
+    ("found unexpected end of stream", "the file ends inside a quoted string or a bracket: a "
+     "closing quote, ']' or '}' is missing"),
+    ("found undefined alias", "an alias '*name' refers to no anchor '&name' defined before it"),
+    ("found duplicate anchor", "the same anchor '&name' is defined twice"),
+    ("unknown escape character", "an unknown backslash escape in a double-quoted string; use "
+     "single quotes, or write the backslash twice"),
+    ("found unhashable key", "a key that is a list or a mapping; keys are plain names"),
+    ("expected a comment or a line break", "something follows a value on the same line (a "
+     "missing line break, or text after a closing quote)"),
+    ("expected the node content", "a value is missing (an empty item, or a stray ',')"),
+    ("expected alphabetic or numeric character", "an anchor or alias name ('&name', '*name') "
+     "is empty or not alphanumeric"),
+)
+
+
+def in_our_words(problem: str) -> str:
+    """A PyYAML problem as selbench says it (unknown ones as 'not valid YAML (...)')."""
+    for fragment, words in _OUR_WORDS:
+        if fragment in problem:
+            return f"not valid YAML: {words}"
+    return f"not valid YAML ({problem})"
 
 
 class _SpecLoader(yaml.SafeLoader):
@@ -107,7 +151,7 @@ def parse_yaml(text: str) -> Any:
             loader.dispose()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        problem = exc.problem or exc.context or str(exc).splitlines()[0]
+        problem = in_our_words(exc.problem or exc.context or str(exc).splitlines()[0])
         raise YamlProblem(problem, *((mark.line + 1, mark.column + 1) if mark else ())) from None
     except yaml.reader.ReaderError as exc:  # a non-printable character
         before = text[: exc.position]
@@ -117,7 +161,8 @@ def parse_yaml(text: str) -> Any:
             before.count("\n") + 1, exc.position - (before.rfind("\n") + 1) + 1,
         ) from None
     except yaml.YAMLError as exc:
-        raise YamlProblem(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+        raise YamlProblem(in_our_words(str(exc).splitlines()[0] if str(exc)
+                                       else type(exc).__name__)) from None
     except RecursionError:  # not expected with the depth limit above; never a traceback
         raise YamlProblem(f"nested too deeply to read (at most {MAX_DEPTH} levels)") from None
 
@@ -148,7 +193,7 @@ def read_yaml(path: str | Path) -> dict:
     try:
         data = parse_yaml(text)
     except YamlProblem as exc:
-        raise SpecError([exc.format()], src) from None
+        raise SpecError([exc.format(src)], src) from None
     except SpecError as exc:
         raise SpecError(exc.errors, src) from None
     if data is None:

@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -218,6 +218,30 @@ class CellRecord(_Record):
                                             "example was accepted at every β")
     timing: dict[str, float] = Field(default_factory=dict)
     arrays: ArraysRef | None = None
+    tuning: dict[str, Any] | None = Field(
+        None, description="how the cell's parameters were tuned (selbench.execution.tuning): "
+                          "objective, sampler, inner split, chosen parameters, trial history; "
+                          "None: fitted with the method's parameters")
+    shared_fit_rows: bool | None = Field(
+        None, description="True: every seed fits the same rows (n_fit unset or the whole "
+                          "fitting split), so seeds vary only the methods' own randomness; "
+                          "None: each seed draws its own n_fit rows")
+
+    #: optional fields left out of the file and the checksum while None (a record without
+    #: them is byte for byte what it was before they existed)
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("tuning", "shared_fit_rows")
+
+    def unset_optional(self) -> set[str]:
+        return {name for name in self.OPTIONAL if getattr(self, name) is None}
+
+    def computed_checksum(self) -> str:
+        """As every record's, without the optional fields that are unset (see
+        :data:`OPTIONAL`)."""
+        unset = self.unset_optional()
+        if not unset:
+            return super().computed_checksum()
+        data = self.model_dump(mode="json", exclude={"checksum", *unset})
+        return hashlib.sha256(_canonical(data)).hexdigest()
 
 
 class RunRecord(_Record):
@@ -457,7 +481,8 @@ class ResultsDir:
                 digest = _sha256_file(tmp)
             record = record.model_copy(update={"arrays": ArraysRef(file=npz.name, sha256=digest)})
         record = record.sealed()
-        atomic_write_json(path, record.model_dump(mode="json"))
+        atomic_write_json(path, record.model_dump(mode="json",
+                                                  exclude=record.unset_optional() or None))
         return record
 
     def load_arrays(self, path: Path, record: CellRecord) -> dict[str, np.ndarray]:

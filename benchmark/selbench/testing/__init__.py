@@ -10,8 +10,11 @@ and what the plugin did::
     # ConformanceError: recalibrator Shrink(factor=1.5): check_confidence_output:
     #   confidence(outputs) returned values outside [0, 1] (max 1.33333 at index 68)
 
-In a test suite, :func:`parametrize_with_checks` makes one pytest test per check (pytest is
-imported only when it is called)::
+The kit needs no pytest: :func:`check_plugin`, :func:`plugin_checks` and every ``check_*``
+function run in a plain Python process (selbench's first install has no pytest). In a test
+suite, :func:`parametrize_with_checks` makes one pytest test per check; it is the only name
+that needs pytest, which it imports only when it is called (and a :class:`Check` only to turn
+a skipped check into a pytest skip, for :func:`parametrize_with_checks`)::
 
     from selbench.testing import parametrize_with_checks
 
@@ -187,6 +190,9 @@ class Check:
             self._spec.fn(self._subject)
         except Broken as exc:
             raise ConformanceError(self.plugin, self.name, str(exc)) from exc.__cause__
+        except SystemExit as exc:  # the plugin ended the process: a broken rule, named
+            raise ConformanceError(self.plugin, self.name,
+                                   f"the plugin called sys.exit({exc.code!r})") from exc
         except CheckSkipped as exc:
             if self._pytest_skip:
                 import pytest
@@ -233,6 +239,9 @@ def _checks(kind: str, plugin: Any, params: Mapping[str, Any] | None, *,
     except Exception as exc:
         return [Check(subject, None, failure=f"building the plugin raised {fmt_exc(exc)}",
                       pytest_skip=pytest_skip)]
+    except SystemExit as exc:
+        return [Check(subject, None, failure=f"building the plugin called sys.exit({exc.code!r})",
+                      pytest_skip=pytest_skip)]
     return [Check(subject, spec, pytest_skip=pytest_skip)
             for spec, why_not in _specs(subject) if why_not is None]
 
@@ -257,7 +266,7 @@ def check_plugin(kind: str, plugin: Any, params: Mapping[str, Any] | None = None
         ValueError: unknown kind or check name, or a named check that does not apply.
 
     Checks that cannot run (a dataset's files are absent) are reported as
-    :class:`ConformanceWarning` warnings.
+    :class:`ConformanceWarning` warnings. Needs no pytest.
     """
     found = _checks(kind, plugin, params)
     known = all_checks(kind)
@@ -311,6 +320,9 @@ def parametrize_with_checks(plugins: Iterable[Sequence[Any]], *,
                             expected_failures: ExpectedFailures | None = None,
                             xfail_strict: bool = False):
     """A ``pytest.mark.parametrize`` decorator over every check of every plugin.
+
+    Imports pytest when called (an ``ImportError`` without it); nothing else in the kit
+    needs pytest: :func:`check_plugin` runs the same checks in any Python process.
 
     Args:
         plugins: ``(kind, plugin)`` or ``(kind, plugin, params)`` entries, ``plugin`` as in

@@ -353,12 +353,13 @@ def _generators(distinct: list[int], device: torch.device,
 
 
 def _epoch_progress(epochs: int, desc: str | None) -> Any:
-    """``range(epochs)``, under a tqdm bar named ``desc`` when one is given."""
+    """``range(epochs)``, under a progress bar named ``desc`` when one is given (plain lines
+    off a terminal: :func:`selbench.util.progress.progress_bar`)."""
     epoch_iter: Any = range(int(epochs))
     if desc is not None:
-        from tqdm.auto import tqdm
+        from selbench.util.progress import progress_bar
 
-        epoch_iter = tqdm(epoch_iter, desc=desc)
+        epoch_iter = progress_bar(epoch_iter, desc=desc, unit="epoch")
     return epoch_iter
 
 

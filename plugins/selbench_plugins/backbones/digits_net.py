@@ -205,7 +205,7 @@ class DigitsNet(Backbone):
 
     def _train(self, model, x: np.ndarray, y: np.ndarray, device, progress: bool) -> None:
         import torch
-        from tqdm.auto import tqdm
+        from selbench.util.progress import progress_bar  # plain lines off a terminal
 
         gen = torch.Generator().manual_seed(self.seed)
         xt = torch.from_numpy(x).to(device)
@@ -217,7 +217,8 @@ class DigitsNet(Backbone):
         cudnn.deterministic, cudnn.benchmark = True, False
         try:
             model.train()
-            bar = tqdm(range(self.epochs), desc="digits-net", disable=not progress, leave=False)
+            bar = progress_bar(range(self.epochs), desc="digits-net", unit="epoch",
+                               disable=not progress, leave=False)
             for _ in bar:
                 order = torch.randperm(len(x), generator=gen).to(device)
                 total = 0.0

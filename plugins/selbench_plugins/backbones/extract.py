@@ -198,7 +198,7 @@ def _run(items: Any, step: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Te
         pin_memory=cuda,
         persistent_workers=False,
     )
-    from tqdm.auto import tqdm
+    from selbench.util.progress import progress_bar  # plain lines off a terminal
 
     feats: list[np.ndarray] = []
     logits: list[np.ndarray] = []
@@ -207,7 +207,7 @@ def _run(items: Any, step: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Te
         torch.autocast("cuda", dtype=torch.float16) if cuda and amp else contextlib.nullcontext()
     )
     with torch.inference_mode(), autocast:
-        for xb, yb in tqdm(loader, desc=desc, unit="batch", disable=not progress):
+        for xb, yb in progress_bar(loader, desc=desc, unit="batch", disable=not progress):
             f, z = step(xb.to(device, non_blocking=cuda))
             feats.append(f.float().cpu().numpy())
             logits.append(z.float().cpu().numpy())

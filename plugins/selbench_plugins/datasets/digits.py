@@ -206,6 +206,24 @@ class Digits(Dataset):
             self._cache[name] = self._make(name)
         return self._cache[name]
 
+    def split_sizes(self) -> dict[str, int]:
+        """From the class counts alone (the cuts of :meth:`_clean_splits`), no image read."""
+        from sklearn.datasets import load_digits
+
+        counts = np.bincount(load_digits().target, minlength=self.num_classes)
+        cum = np.cumsum(self.split_fractions)
+        sizes = dict.fromkeys(("train", "val", "test"), 0)
+        for n in counts:
+            cuts = np.round(cum[:2] * n).astype(int)
+            for name, size in zip(sizes, np.diff([0, *cuts, n])):
+                sizes[name] += int(size)
+        pairs = len(self.corruptions) * len(self.severities)  # as _make iterates them
+        for name, src in (("shifted", "test"), ("shifted_val", "val")):
+            per = sizes[src] if self.shifted_per_domain is None else min(
+                self.shifted_per_domain, sizes[src])
+            sizes[name] = per * pairs
+        return sizes
+
     # ------------------------------------------------------------------ internals
     def _clean_splits(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         if self._base is None:

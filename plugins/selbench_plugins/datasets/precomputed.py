@@ -155,6 +155,71 @@ def _read_member(z: Any, name: str, role: str, where: str) -> np.ndarray:
     return value
 
 
+def _member_header(zf: zipfile.ZipFile, name: str, role: str,
+                   where: str) -> tuple[tuple[int, ...], np.dtype]:
+    """The shape and dtype of the archive's array ``name`` from its ``.npy`` header alone
+    (the data are not read); a :class:`DataError` like :func:`_read_member`'s otherwise."""
+    try:
+        with zf.open(name + ".npy") as fh:
+            version = np.lib.format.read_magic(fh)
+            read = {(1, 0): np.lib.format.read_array_header_1_0,
+                    (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+            if read is None:  # a rarer header version: read the array itself
+                with np.load(fh, allow_pickle=False) as arr:  # pragma: no cover
+                    return arr.shape, arr.dtype
+            shape, _, dtype = read(fh)
+    except (ValueError, EOFError, zipfile.BadZipFile, OSError, zlib.error) as exc:
+        raise DataError(
+            f"{where}: array {name!r} ({role}) is not a readable .npy member "
+            f"({type(exc).__name__}: {exc}); write the file with np.savez"
+        ) from exc
+    if dtype.hasobject:
+        raise DataError(
+            f"{where}: array {name!r} ({role}) is stored as pickled Python objects "
+            "(dtype=object), which selbench does not unpickle; save numbers as a numeric "
+            "array and strings as a fixed-width string array, e.g. np.array(['val', 'test'])"
+        )
+    return shape, dtype
+
+
+class _Header:
+    """An array's shape and dtype, read from its ``.npy`` header, standing in for the array
+    in :meth:`PrecomputedDataset._check_arrays` (``values=False``)."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype):
+        self.shape, self.dtype, self.ndim = tuple(shape), dtype, len(shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+
+def _npz_headers(path: Path, keys: dict[str, str]) -> tuple[dict[str, tuple], list[str]]:
+    """``role -> (shape, dtype)`` of the role arrays of an ``.npz`` from its table of
+    contents and the arrays' headers (no data read), and the names it holds."""
+    where = f"precomputed: {path}"
+    _check_header(path, where)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            files = [n[:-4] for n in zf.namelist() if n.endswith(".npy")]
+            headers = {}
+            for role in ROLES:
+                name = keys.get(role, role)
+                if name in files:
+                    headers[role] = _member_header(zf, name, role, where)
+                elif role in keys:
+                    raise DataError(
+                        f"{where}: keys.{role} names array {name!r}, which is not in the "
+                        f"file; it holds {_listing(files)}"
+                    )
+    except (zipfile.BadZipFile, EOFError, OSError) as exc:
+        raise DataError(
+            f"{where} is a truncated or damaged .npz archive: it starts like a zip file but "
+            f"its table of contents cannot be read ({type(exc).__name__}: {exc}); was it "
+            "copied or written completely?"
+        ) from exc
+    return headers, files
+
+
 def _known_roles(v: dict[str, str]) -> dict[str, str]:
     bad = sorted(set(v) - set(ROLES))
     if bad:
@@ -225,17 +290,7 @@ class PrecomputedDataset(Dataset):
             return self._loaded
         path = Path(self.path)
         arrays, files = _read_npz(path, self.keys)
-        if "labels" not in arrays:
-            raise DataError(
-                f"precomputed: {path}: no {self._name('labels')!r} array (the labels); the "
-                f"file holds {_listing(files)}; map names with keys: {{labels: <name>}}"
-            )
-        if "logits" not in arrays and "probabilities" not in arrays:
-            raise DataError(
-                f"precomputed: {path}: needs a {self._name('logits')!r} or a "
-                f"{self._name('probabilities')!r} array; the file holds {_listing(files)}; map "
-                "names with keys: {logits: <name>} or {probabilities: <name>}"
-            )
+        self._required(set(arrays), files, path)
         self._check_arrays(arrays, path)
         outputs = self._outputs(arrays, path)
         n = len(outputs)
@@ -263,8 +318,51 @@ class PrecomputedDataset(Dataset):
         }
         return self._loaded
 
-    def _check_arrays(self, arrays: dict[str, np.ndarray], path: Path) -> None:
-        """Shapes, row counts, dtypes and finiteness, each message naming the file's array."""
+    def _required(self, present: set[str], files: list[str], path: Path) -> None:
+        """The labels and the logits or probabilities are among the ``present`` roles."""
+        if "labels" not in present:
+            raise DataError(
+                f"precomputed: {path}: no {self._name('labels')!r} array (the labels); the "
+                f"file holds {_listing(files)}; map names with keys: {{labels: <name>}}"
+            )
+        if "logits" not in present and "probabilities" not in present:
+            raise DataError(
+                f"precomputed: {path}: needs a {self._name('logits')!r} or a "
+                f"{self._name('probabilities')!r} array; the file holds {_listing(files)}; map "
+                "names with keys: {logits: <name>} or {probabilities: <name>}"
+            )
+
+    def check_inputs(self) -> None:
+        """The ``.npz``'s table of contents and the headers of the arrays it is read for:
+        present, not pickled, of the right dimensions and row counts (the data are read,
+        and their values checked, when a run loads the file)."""
+        self._headers()
+
+    def _headers(self) -> tuple[dict[str, tuple], list[str], int]:
+        path = Path(self.path)
+        headers, files = _npz_headers(path, self.keys)
+        self._required(set(headers), files, path)
+        n = headers["labels"][0][0] if len(headers["labels"][0]) == 1 else -1
+        self._check_arrays({role: _Header(*h) for role, h in headers.items()}, path,
+                           values=False)
+        return headers, files, n
+
+    def split_sizes(self) -> dict[str, int]:
+        """From the headers (and the ``split`` array, when the file has one): the rows each
+        split takes, exactly as :meth:`split` partitions them."""
+        headers, _, n = self._headers()
+        tags = None
+        if "split" in headers:
+            with np.load(self.path, allow_pickle=False) as z:
+                tags = np.asarray(_read_member(z, self._name("split"), "split",
+                                               f"precomputed: {self.path}")).astype(str)
+        index = self._partition(tags, n, Path(self.path))
+        return {name: int(len(rows)) for name, rows in index.items()}
+
+    def _check_arrays(self, arrays: dict[str, np.ndarray], path: Path,
+                      values: bool = True) -> None:
+        """Shapes, row counts, dtypes and (with ``values``) finiteness, each message naming
+        the file's array."""
 
         def where(role: str) -> str:
             return f"precomputed: {path}: array {self._name(role)!r} ({role})"
@@ -298,7 +396,7 @@ class PrecomputedDataset(Dataset):
                 )
             if role in arrays and arrays[role].ndim == 0:
                 raise DataError(f"{where(role)} is a single value (shape ()), expected one per row")
-        for role in ("logits", "probabilities", "features"):
+        for role in ("logits", "probabilities", "features") if values else ():
             if role in arrays and np.issubdtype(arrays[role].dtype, np.floating):
                 finite = np.isfinite(arrays[role])
                 if not finite.all():

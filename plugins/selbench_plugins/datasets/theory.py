@@ -237,6 +237,9 @@ class TheoryMixture(Dataset):
     def splits(self) -> list[str]:
         return ["train", "val", "test"]
 
+    def split_sizes(self) -> dict[str, int]:
+        return {"train": self.train_size, "val": self.val_size, "test": self.test_size}
+
     def split(self, name: str) -> SplitData:
         if name not in _SPLIT_OFFSETS:
             raise ValueError(

@@ -9,6 +9,7 @@ from typing import Annotated
 import torch
 from pydantic import Field
 from selbench.contract.api import CoverageLoss
+from selbench.contract.search import Tune
 
 
 class QuadraticCoverage(CoverageLoss):
@@ -23,7 +24,7 @@ class QuadraticCoverage(CoverageLoss):
         lam: Annotated[float, Field(
             ge=0, description="weight λ; the paper uses 32 in-distribution (after Geifman & "
             "El-Yaniv 2019) and 8 under distribution shift",
-        )] = 32.0,
+        ), Tune.log_uniform(1.0, 128.0)] = 32.0,
     ) -> None:
         self.lam = lam
 
@@ -42,7 +43,8 @@ class LogCoverage(CoverageLoss):
     def __init__(
         self,
         lam: Annotated[float, Field(
-            ge=0, description="weight λ; 1e-2 is the default of Fisch et al.'s code")] = 1e-2,
+            ge=0, description="weight λ; 1e-2 is the default of Fisch et al.'s code"),
+            Tune.log_uniform(1e-3, 1.0)] = 1e-2,
     ) -> None:
         self.lam = lam
 

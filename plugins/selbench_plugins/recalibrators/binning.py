@@ -11,12 +11,13 @@ from pydantic import Field
 from selbench.contract.api import FitContext, Recalibrator
 from selbench.contract.checks import NotFittedError, check_outputs
 from selbench.contract.data import ModelOutputs
+from selbench.contract.search import Tune
 
 from ._common import bin_means, equal_mass_edges, lookup_bins, one_torch_thread
 from .platt import Mode, PlattScaling, platt_inputs, platt_probability
 
 #: the ``n_bins`` parameter of both binning recalibrators
-NBins = Annotated[int, Field(ge=1, description="number of equal-mass bins")]
+NBins = Annotated[int, Field(ge=1, description="number of equal-mass bins"), Tune.int(5, 30)]
 
 #: Logit elements per block of :func:`top_label` (a float64 block of 2 MB).
 _TOP_BLOCK = 1 << 18

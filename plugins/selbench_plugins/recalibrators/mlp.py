@@ -12,6 +12,7 @@ from pydantic import Field
 from selbench.contract.api import DifferentiableRecalibrator, FitContext
 from selbench.contract.checks import NotFittedError, check_outputs
 from selbench.contract.data import ModelOutputs
+from selbench.contract.search import Tune
 from selbench.training.engine import Tables, train_replicas
 from selbench.training.torchutils import (
     BatchedMLP,
@@ -92,9 +93,11 @@ class MLPRecalibrator(DifferentiableRecalibrator):
         self,
         hidden: Annotated[list[int], Field(
             description="hidden layer widths (ReLU); the paper's comparison uses [128, 128]",
-        )] = [128, 128],  # noqa: B006 - parameters are never mutated
-        epochs: Annotated[int, Field(ge=0, description="passes over the fitting data")] = 1000,
-        lr: Annotated[float, Field(gt=0, description="Adam learning rate")] = 5e-4,
+        ), Tune.choice([64], [128], [128, 128])] = [128, 128],  # noqa: B006 - parameters are never mutated
+        epochs: Annotated[int, Field(ge=0, description="passes over the fitting data"),
+                          Tune.choice(25, 50, 100, 200, 500, 1000)] = 1000,
+        lr: Annotated[float, Field(gt=0, description="Adam learning rate"),
+                      Tune.log_uniform(1e-4, 1e-1)] = 5e-4,
         batch_size: Annotated[int, Field(ge=1, description="mini-batch size")] = 100,
         weight_decay: Annotated[float, Field(ge=0, description="Adam weight decay")] = 0.0,
     ) -> None:

@@ -27,6 +27,7 @@ replica ends where it would trained alone, to float rounding.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -46,7 +47,8 @@ from selbench.contract.api import (
     TrainableSelector,
 )
 from selbench.contract.checks import check_outputs
-from selbench.contract.data import ModelOutputs
+from selbench.contract.data import DataError, ModelOutputs
+from selbench.contract.search import Tune
 from selbench.training.engine import (
     Tables,
     lane_order,
@@ -257,6 +259,7 @@ def train_part(name: str, params: Any, reps: list[_Replica], *, train_h: bool) -
         modules.append(h_stack)
     step_loss = _step_loss(jobs, g_stack, h_stack, h_predicts, need_lp, device)
 
+    warn_if_noise_drowns(float(params.noise_std), reps[0].arrays["x"], name)
     noise = [("x", reps[0].arrays["x"].shape[1])]
     if train_h:  # h's feature noise, drawn whether h reads the features or not
         noise.append(("features" if uses_features else None, jobs[0].outputs.feature_dim))
@@ -396,9 +399,47 @@ LearningRate = Annotated[float, Field(gt=0, description="Adam learning rate (pap
 WeightDecay = Annotated[float, Field(ge=0, description="Adam weight decay")]
 NoiseStd = Annotated[float, Field(
     ge=0, description="std of Gaussian noise added to the selector's (and an MLP "
-    "recalibrator's) input at every step, for robustness under shift (paper, RxRx1: 1)",
+    "recalibrator's) input at every step, for robustness under shift (paper, RxRx1: 1); "
+    "absolute, in the input's units: a warning says when it exceeds "
+    "the input's typical per-dimension std 5-fold",
 )]
+
+#: noise_std above this multiple of the selector input's median per-dimension std drowns it
+NOISE_DROWNS = 5.0
+
+
+def warn_if_noise_drowns(noise_std: float, x: Any, name: str) -> None:
+    """Warn when the absolute ``noise_std`` is large against the scale of the selector's
+    input ``x`` [N, d] (the median over dimensions of the per-dimension std): the paper's
+    noise_std = 1 on unit-norm sentence embeddings (per-dimension std about 0.045) turns the
+    learned selector into an untrained one. The noise stays absolute, as the paper defines it."""
+    if noise_std <= 0:
+        return
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim != 2 or arr.shape[0] < 2:
+        return
+    scale = float(np.median(arr.std(axis=0)))
+    if scale > 0 and noise_std > NOISE_DROWNS * scale:
+        warnings.warn(
+            f"{name}: noise_std {noise_std:g} is {noise_std / scale:.0f}x the selector input's "
+            f"typical per-dimension std ({scale:.3g}): the input is mostly noise (noise_std is "
+            "absolute, in the input's units)", UserWarning, stacklevel=2)
 Optimizer = Annotated[Literal["adam"], Field(description="optimiser (Adam only)")]
+
+
+def check_logit_range(outputs: ModelOutputs, name: str) -> None:
+    """The training schemes compute softmax(z - max z) in float32: a row whose logits span
+    more than float32's largest value (about 3.4e38) overflows there (the loss then fails
+    deep inside training), so it is refused up front, naming the array and the row."""
+    z = np.asarray(outputs.logits, dtype=np.float64)
+    span = z.max(axis=1) - z.min(axis=1) if z.size else z
+    limit = float(np.finfo(np.float32).max)
+    if span.size and not span.max() <= limit:
+        i = int(np.argmax(span))
+        raise DataError(
+            f"logits: row {i} spans {z[i].min():.3g} to {z[i].max():.3g}, more than float32 "
+            f"can hold ({limit:.3g}); scheme {name!r} trains in float32, where the softmax of "
+            "such logits overflows: scale the logits down")
 
 
 class _TrainingScheme(Scheme):
@@ -411,11 +452,11 @@ class _TrainingScheme(Scheme):
 
     def __init__(
         self,
-        epochs: Epochs = 1000,
+        epochs: Annotated[Epochs, Tune.choice(25, 50, 100, 200, 500, 1000)] = 1000,
         batch_size: BatchSize = 100,
-        lr: LearningRate = 5e-4,
+        lr: Annotated[LearningRate, Tune.log_uniform(1e-4, 1e-1)] = 5e-4,
         weight_decay: WeightDecay = 0.0,
-        noise_std: NoiseStd = 0.0,
+        noise_std: Annotated[NoiseStd, Tune.uniform(0.0, 1.0)] = 0.0,
         optimizer: Optimizer = "adam",
     ) -> None:
         self.epochs = epochs
@@ -428,6 +469,7 @@ class _TrainingScheme(Scheme):
     def _prepare(self, outputs, selector, recalibrator, loss, coverage) -> None:
         check_outputs(outputs, f"scheme {self.name!r}", min_rows=1)
         _check_args(self.name, selector, recalibrator, loss, coverage)
+        check_logit_range(outputs, self.name)
 
     def _check_job(self, job: FitJob) -> None:
         """The scheme's checks of one replica's arguments (before anything is fitted)."""

@@ -11,6 +11,7 @@ from pydantic import Field
 from selbench.contract.api import FitContext, Selector
 from selbench.contract.checks import NotFittedError, check_confidence, check_features, check_outputs
 from selbench.contract.data import ModelOutputs
+from selbench.contract.search import Tune
 from selbench.training.torchutils import equal_groups, fit_once_per_group
 from sklearn.ensemble import IsolationForest
 from sklearn.preprocessing import StandardScaler
@@ -147,7 +148,8 @@ class OneClassSVMSelector(Selector):
     def __init__(
         self,
         nu: Annotated[float, Field(
-            gt=0, le=1, description="upper bound on the fraction of training outliers")] = 0.5,
+            gt=0, le=1, description="upper bound on the fraction of training outliers"),
+            Tune.uniform(0.01, 1.0)] = 0.5,
         gamma: Annotated[Literal["scale", "auto"] | float, Field(
             description="RBF kernel coefficient ('scale', 'auto' or a positive float)")] = "scale",
         standardize: Annotated[bool, Field(

@@ -33,6 +33,7 @@ from pydantic import Field, PositiveFloat
 from selbench.contract.api import FitContext, Selector
 from selbench.contract.checks import NotFittedError, check_confidence, check_features, check_outputs
 from selbench.contract.data import ModelOutputs
+from selbench.contract.search import Tune
 from sklearn.covariance import EmpiricalCovariance
 from sklearn.decomposition import PCA
 from sklearn.neighbors import KernelDensity, LocalOutlierFactor
@@ -237,7 +238,8 @@ class KNNDistanceSelector(Selector):
     def __init__(
         self,
         k: Annotated[int, Field(ge=1, description="which nearest fitting feature "
-                                                  "(at most the number of fitting rows)")] = 5,
+                                                  "(at most the number of fitting rows)"),
+                     Tune.int(1, 50)] = 5,
         precision: Annotated[Literal["float32", "float64"], Field(
             description="inner products in float32 with an exactness check (near-ties "
                         "ranked by exact float64 distances) or all in float64; the scores "
@@ -361,7 +363,7 @@ class LOFSelector(Selector):
         self,
         n_neighbors: Annotated[int, Field(
             ge=1, description="neighbours of the local density (clamped to fitting rows - 1)"
-        )] = 20,
+        ), Tune.int(5, 50)] = 20,
         metric: Annotated[Literal["euclidean", "manhattan", "cosine"], Field(
             description="distance between feature vectors")] = "euclidean",
         standardize: Annotated[bool, Field(

@@ -10,6 +10,7 @@ from pydantic import Field
 from selbench.contract.api import FitContext, TrainableSelector
 from selbench.contract.checks import NotFittedError, check_confidence, check_outputs
 from selbench.contract.data import ModelOutputs
+from selbench.contract.search import Tune
 from selbench.training.torchutils import BatchedMLP, build_mlp, run_module, seeded_init
 
 #: the schemes that train a trainable selector (named in error messages)
@@ -81,7 +82,7 @@ class MLPSelector(TrainableSelector):
         hidden: Annotated[list[int], Field(
             description="hidden layer widths (ReLU); the paper uses [128, 128] "
             "in-distribution and [64] under distribution shift",
-        )] = [128, 128],  # noqa: B006 - parameters are never mutated
+        ), Tune.choice([64], [128], [128, 128])] = [128, 128],  # noqa: B006 - parameters are never mutated
         input: Annotated[InputKind, Field(
             description="what ĝ reads: the feature embedding (paper), the logits, or the "
             "softmax probabilities",
