@@ -168,7 +168,7 @@ def test_risk_coverage_figure_draws_the_stored_arrays(results, tmp_path, monkeyp
     seen = []
     draw = F.risk_coverage_figure
     monkeypatch.setattr(F, "risk_coverage_figure",
-                        lambda series, title: seen.append(series) or draw(series, title))
+                        lambda series, title, *rest: seen.append(series) or draw(series, title, *rest))
     paths = write_plots(results, out=tmp_path, formats=("svg",), workers=1)
     assert tmp_path / "plots" / "mixture" / "risk-coverage.svg" in paths
     (series,) = seen
@@ -249,8 +249,8 @@ def test_mean_std_is_summarize(vals):
 def _curves_figures(monkeypatch):
     calls = []
     draw = F.curves_figure
-    monkeypatch.setattr(F, "curves_figure", lambda series, keys, title: calls.append(
-        (list(keys), series, draw(series, keys, title))) or calls[-1][2])
+    monkeypatch.setattr(F, "curves_figure", lambda series, keys, title, *rest: calls.append(
+        (list(keys), series, draw(series, keys, title, *rest))) or calls[-1][2])
     return calls
 
 
@@ -428,3 +428,75 @@ def test_pinned_titles_draw_the_same_figure(scale, shift, tmp_path, monkeypatch)
     monkeypatch.setattr(F, "_pin_titles", lambda fig: None)
     _, automatic = save(tmp_path / "automatic")
     assert pinned == automatic
+
+
+def _many_curves(n):
+    """``n`` synthetic methods' curves over β, each a distinct line."""
+    betas = [0.5, 0.75, 1.0]
+    def curve(v):
+        return {"mean": list(v), "std": [0.01] * 3, "n": [2] * 3}
+    return [(f"method {i}", {"betas": betas, "ece1": curve(0.01 * i + np.r_[0.0, 0.01, 0.02]),
+                             "accuracy": curve(0.9 - 0.01 * i + np.r_[0.0, 0.01, 0.02])})
+            for i in range(n)]
+
+
+def _method_lines(ax):
+    """The methods drawn in a panel: label -> (colour, line style, marker)."""
+    return {ln.get_label(): (ln.get_color(), ln.get_linestyle(), ln.get_marker())
+            for ln in ax.get_lines() if not ln.get_label().startswith("_")}
+
+
+def test_method_panels_split_many_methods_by_group_in_parts_of_at_most_eight():
+    assert F.method_panels(5, ["a", "b", "a", "c", "b"]) == [(None, [0, 1, 2, 3, 4])]
+    assert F.method_panels(8) == [(None, list(range(8)))]
+    groups = ["scheme: a"] * 11 + ["scheme: b"] * 2 + ["scheme: a"] * 5 + ["scheme: c"] * 2
+    rows = F.method_panels(20, groups)
+    # group a (16 methods) in two parts of 8, in order; then b and c whole
+    assert rows == [("scheme: a (1/2)", list(range(8))),
+                    ("scheme: a (2/2)", [8, 9, 10, 13, 14, 15, 16, 17]),
+                    ("scheme: b", [11, 12]), ("scheme: c", [18, 19])]
+    # no groups: the fewest near-equal parts of at most 8
+    assert [len(m) for _, m in F.method_panels(20)] == [6, 7, 7]
+    assert [name for name, _ in F.method_panels(17)] == ["methods 1/3", "methods 2/3",
+                                                         "methods 3/3"]
+    with pytest.raises(ValueError, match="groups"):
+        F.method_panels(9, ["a"] * 8)
+
+
+def test_curve_figures_with_many_methods_split_them_over_rows_of_panels():
+    """20 methods: at least three rows of panels, none with more than eight lines, each method
+    in exactly one row, in the same colour, line style and marker in every panel of its row,
+    listed in that row's legend; 5 methods: one row and one legend, as always."""
+    series = _many_curves(20)
+    groups = ["scheme: recalibration"] * 12 + ["scheme: joint"] * 8
+    keys = ["ece1", "accuracy"]
+    fig = F.curves_figure(series, keys, "t", groups)
+    axes = np.asarray(fig.axes).reshape(-1, len(keys))
+    assert len(axes) >= 3 and not fig.legends
+    seen = []
+    for row in axes:
+        styles = [_method_lines(ax) for ax in row]
+        assert 0 < len(styles[0]) <= F.MAX_PER_PANEL and all(st == styles[0] for st in styles)
+        assert len(set(styles[0].values())) == len(styles[0])  # distinct within the panel
+        legend = row[-1].get_legend()
+        assert [t.get_text() for t in legend.get_texts()] == list(styles[0])
+        assert legend.get_title().get_text().startswith("scheme: ")
+        seen += list(styles[0])
+        for ax, key in zip(row, keys):  # the lines are the methods' curves
+            for ln in ax.get_lines():
+                i = int(ln.get_label().split()[-1])
+                np.testing.assert_array_equal(ln.get_ydata(), series[i][1][key]["mean"])
+    assert sorted(seen) == sorted(m for m, _ in series)
+    assert [ax.get_title() for ax in axes[0]] == [f"selective {METRICS[k].label}" for k in keys]
+
+    small = F.curves_figure(series[:5], keys, "t", groups[:5])
+    assert len(small.axes) == len(keys) and len(small.legends) == 1
+    assert all(len(_method_lines(ax)) == 5 for ax in small.axes)
+
+    rc = [(f"m{i}", np.linspace(0, 1, 50) + 0.01 * i, (np.arange(50) % (i + 2) > 0).astype(float),
+           True) for i in range(20)]
+    fig = F.risk_coverage_figure(rc, "t", None, groups)
+    axes = np.asarray(fig.axes).reshape(-1, 2)
+    assert len(axes) >= 3
+    assert all(0 < len(_method_lines(ax)) <= F.MAX_PER_PANEL for ax in fig.axes)
+    assert sum(len(_method_lines(row[0])) for row in axes) == 20

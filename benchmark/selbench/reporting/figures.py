@@ -22,12 +22,14 @@ from selbench.measure.smooth import smooth_reliability
 from selbench.util.files import atomic_path
 
 __all__ = [
+    "MAX_PER_PANEL",
     "RC_PARAMS",
     "ReliabilityBins",
     "confidence_figure",
     "critical_difference_figure",
     "curves_figure",
     "figure_paths",
+    "method_panels",
     "reliability_bins",
     "reliability_diagram",
     "reliability_figure",
@@ -348,31 +350,126 @@ def _legend_right(fig, axes, legend_w: float) -> None:
                bbox_to_anchor=(1 - (legend_w - 0.1) / fig.get_figwidth(), 0.5))
 
 
-def curves_figure(series: Sequence[tuple[str, dict]], keys: Sequence[str], title: str):
+#: the most methods one panel of a curve figure shows; with more, they are split over rows
+MAX_PER_PANEL = 8
+
+
+def method_panels(n: int, groups: Sequence[str] | None = None,
+                  most: int = MAX_PER_PANEL) -> list[tuple[str | None, list[int]]]:
+    """How the ``n`` methods of a curve figure are split over rows of panels: (the row's
+    name, the indices of its methods). At most ``most`` methods: one row, unnamed (the
+    figure drawn as with no split). More: one row per group (``groups[i]``: method ``i``'s
+    group, e.g. its scheme; groups in the order they first appear; None: one group), a group
+    of more than ``most`` split in order into the fewest near-equal parts of at most
+    ``most``, named "group (k/parts)"."""
+    if groups is not None and len(groups) != n:
+        raise ValueError(f"groups must name the group of each of the {n} methods; "
+                         f"got {len(groups)}")
+    if n <= most:
+        return [(None, list(range(n)))]
+    members: dict[str, list[int]] = {}
+    for i in range(n):
+        members.setdefault("" if groups is None else str(groups[i]), []).append(i)
+    rows: list[tuple[str | None, list[int]]] = []
+    for name, idx in members.items():
+        parts = -(-len(idx) // most)
+        for k in range(parts):
+            part = f"{k + 1}/{parts}"
+            label = name if parts == 1 else (f"{name} ({part})" if name else f"methods {part}")
+            rows.append((label, idx[k * len(idx) // parts:(k + 1) * len(idx) // parts]))
+    return rows
+
+
+def _panel_grid(width: float, n_rows: int, n_cols: int, legend_w: float):
+    """The figure and its Axes ``[row, col]`` of a curve figure: one row as it has always
+    been drawn; more rows (one per group of methods) each a little lower, the x axes shared
+    (the y axes not: one group's wide band would flatten every other row's curves)."""
+    if n_rows == 1:
+        fig = _figure(width, 4.1, right=legend_w, wspace=0.3, top=0.85)
+        return fig, np.asarray(fig.subplots(1, n_cols), dtype=object).reshape(1, n_cols)
+    panel_h, gap = 2.6, 0.3  # inches
+    fig = _figure(width, 1.45 + n_rows * panel_h + (n_rows - 1) * gap, right=legend_w,
+                  wspace=0.3, top=0.95, hspace=gap / panel_h)
+    return fig, fig.subplots(n_rows, n_cols, sharex=True, squeeze=False)
+
+
+def _suptitle(fig, text: str, n_rows: int) -> None:
+    """The figure's title at the top (a figure of several rows: 0.12 in below its top edge
+    rather than 2 % of its height, which would reach into the panels' titles)."""
+    where = {} if n_rows == 1 else {"y": 1 - 0.12 / fig.get_figheight()}
+    fig.suptitle(text, fontsize=9.5, **where)
+
+
+def _row_legends(fig, axes, rows: Sequence[tuple[str | None, list[int]]],
+                 legend_w: float) -> None:
+    """One legend right of each row of panels, titled with the row's name (a figure of one
+    row: one legend right of the figure, as it has always been drawn)."""
+    if len(rows) == 1:
+        _legend_right(fig, axes[0], legend_w)
+        return
+    for row_axes, (name, _) in zip(axes, rows):
+        handles, labels = row_axes[0].get_legend_handles_labels()
+        last = row_axes[-1]
+        x = 1.0 + 0.1 / (last.get_position().width * fig.get_figwidth())  # 0.1 in right of it
+        last.legend(handles, labels, loc="center left", fontsize=8, frameon=False, title=name,
+                    title_fontsize=8, alignment="left", bbox_to_anchor=(x, 0.5))
+
+
+def curves_figure(series: Sequence[tuple[str, dict]], keys: Sequence[str], title: str,
+                  groups: Sequence[str] | None = None):
     """Figure 2 style: metric vs β, one line per method, mean ± std over seeds.
 
     ``series``: (method, its :func:`~selbench.reporting.plots.metric_curves`) per method; ``keys``: one panel per
-    metric, labelled from :data:`selbench.measure.metrics.METRICS`."""
+    metric, labelled from :data:`selbench.measure.metrics.METRICS`. More than
+    :data:`MAX_PER_PANEL` methods are split over rows of panels by ``groups`` (each
+    method's group: :func:`method_panels`), each row with its own legend; a method keeps its
+    colour, line style and marker in every panel of its row."""
     longest = max((len(m) for m, _ in series), default=0)
     legend_w = 0.75 + 0.065 * longest  # inches for the legend right of the panels
-    fig = _figure(4.0 * len(keys) + legend_w, 4.1, right=legend_w, wspace=0.3, top=0.85)
-    axes = np.atleast_1d(fig.subplots(1, len(keys)))
-    for ax, key in zip(axes, keys):
-        label = METRICS[key].label
-        for i, (method, curve) in enumerate(series):
-            _band(ax, curve["betas"], curve[key], method, _style(i, len(series)))
-        ax.set_xlabel("coverage β")
-        ax.set_ylabel(label)
-        ax.set_title(f"selective {label}")
-        ax.grid(alpha=0.3)
-    _legend_right(fig, axes, legend_w)
+    rows = method_panels(len(series), groups)
+    fig, axes = _panel_grid(4.0 * len(keys) + legend_w, len(rows), len(keys), legend_w)
+    for r, (_, members) in enumerate(rows):
+        for ax, key in zip(axes[r], keys):
+            label = METRICS[key].label
+            for j, i in enumerate(members):
+                method, curve = series[i]
+                _band(ax, curve["betas"], curve[key], method, _style(j, len(members)))
+            if r == len(rows) - 1:
+                ax.set_xlabel("coverage β")
+            ax.set_ylabel(label)
+            if r == 0:
+                ax.set_title(f"selective {label}")
+            ax.grid(alpha=0.3)
+    _row_legends(fig, axes, rows, legend_w)
     n_seeds = max((max(c[keys[0]]["n"], default=0) for _, c in series), default=0)
     band = "shaded: ± 1 std over seeds" if n_seeds > 1 else "one seed"
-    fig.suptitle(f"{title}\nmean over {n_seeds} seed(s), {band}", fontsize=9.5)
+    _suptitle(fig, f"{title}\nmean over {n_seeds} seed(s), {band}", len(rows))
     return fig
 
 
-def risk_coverage_figure(series: Sequence[tuple], title: str, target_risk: float | None = None):
+def _risk_coverage_method(axes, name: str, scores: Any, correct: Any, selects: bool,
+                          point: tuple[float, float] | None, style: dict) -> None:
+    """One method's risk (``axes[0]``) and generalized risk (``axes[1]``) against coverage,
+    its AURC and AUGRC in the legend, its guaranteed operating point as a star."""
+    aurc_label, augrc_label = METRICS["aurc"].label, METRICS["augrc"].label
+    _operating_point(axes, point, style["color"])
+    scores = np.asarray(scores, dtype=np.float64)
+    correct = np.asarray(correct, dtype=np.float64)
+    label = (f"{name}: {aurc_label} = {aurc(scores, correct):.4f}, "
+             f"{augrc_label} = {augrc(scores, correct):.4f}")
+    for ax, generalized in ((axes[0], False), (axes[1], True)):
+        cov, risk = risk_coverage_curve(scores, correct, generalized=generalized)
+        if selects and len(cov) > 1:
+            ax.plot(cov, risk, color=style["color"], linestyle=style["linestyle"],
+                    linewidth=1.4, label=label, zorder=3)
+        else:
+            ax.plot(cov, risk, color=style["color"], marker=style["marker"], markersize=8,
+                    fillstyle="none", markeredgewidth=1.5, linestyle="none", label=label,
+                    zorder=4)  # hollow: methods at the same point stay visible
+
+
+def risk_coverage_figure(series: Sequence[tuple], title: str, target_risk: float | None = None,
+                         groups: Sequence[str] | None = None):
     """Risk and generalized risk against coverage, one curve per method.
 
     ``series``: (legend name, selector scores, correctness, whether the selector selects[,
@@ -381,43 +478,37 @@ def risk_coverage_figure(series: Sequence[tuple], title: str, target_risk: float
     does not select, or a curve of one point, is drawn as a marker. The operating point, a
     pair (coverage, selective risk) where a risk guarantee chose the threshold (``None``:
     none), is drawn as a star on both panels (generalized risk: coverage × risk), and
-    ``target_risk`` (the guaranteed level r) as a dotted line on the selective-risk panel."""
+    ``target_risk`` (the guaranteed level r) as a dotted line on the selective-risk panel.
+    More than :data:`MAX_PER_PANEL` methods are split over rows of panels by ``groups``, as
+    in :func:`curves_figure`."""
     aurc_label, augrc_label = METRICS["aurc"].label, METRICS["augrc"].label
     names = [f"{name}: {aurc_label} = 0.0000, {augrc_label} = 0.0000" for name, *_ in series]
     legend_w = 0.75 + 0.062 * max((len(n) for n in names), default=0)
-    fig = _figure(8.4 + legend_w, 4.1, right=legend_w, wspace=0.3, top=0.85)
-    axes = fig.subplots(1, 2)
-    for i, (name, scores, correct, selects, *point) in enumerate(series):
-        style = _style(i, len(series))
-        _operating_point(axes, point[0] if point else None, style["color"])
-        scores = np.asarray(scores, dtype=np.float64)
-        correct = np.asarray(correct, dtype=np.float64)
-        label = (f"{name}: {aurc_label} = {aurc(scores, correct):.4f}, "
-                 f"{augrc_label} = {augrc(scores, correct):.4f}")
-        for ax, generalized in ((axes[0], False), (axes[1], True)):
-            cov, risk = risk_coverage_curve(scores, correct, generalized=generalized)
-            if selects and len(cov) > 1:
-                ax.plot(cov, risk, color=style["color"], linestyle=style["linestyle"],
-                        linewidth=1.4, label=label, zorder=3)
-            else:
-                ax.plot(cov, risk, color=style["color"], marker=style["marker"], markersize=8,
-                        fillstyle="none", markeredgewidth=1.5, linestyle="none", label=label,
-                        zorder=4)  # hollow: methods at the same point stay visible
-    if target_risk is not None:
-        axes[0].axhline(target_risk, color="gray", linestyle=":", linewidth=1.2, zorder=1)
-        axes[0].annotate(f"guaranteed r = {target_risk:g} (stars: the chosen thresholds)",
-                         (0.01, target_risk), fontsize=7, color="gray", va="bottom")
-    for ax, what in ((axes[0], "selective risk (error rate of the accepted)"),
-                     (axes[1], "generalized risk (errors among the accepted / N)")):
-        ax.set_xlim(0.0, 1.02)
-        ax.set_ylim(bottom=0.0)
-        ax.set_xlabel("coverage")
-        ax.set_ylabel(what)
-        ax.set_title(what.split(" (")[0])
-        ax.grid(alpha=0.3)
-    _legend_right(fig, axes, legend_w)
-    fig.suptitle(f"{title}\none point per distinct selector score (ties merged); "
-                 "a selector that does not select: one marker", fontsize=9.5)
+    rows = method_panels(len(series), groups)
+    fig, axes = _panel_grid(8.4 + legend_w, len(rows), 2, legend_w)
+    for r, (_, members) in enumerate(rows):
+        for j, i in enumerate(members):
+            name, scores, correct, selects, *point = series[i]
+            _risk_coverage_method(axes[r], name, scores, correct, selects,
+                                  point[0] if point else None, _style(j, len(members)))
+        if target_risk is not None:
+            axes[r, 0].axhline(target_risk, color="gray", linestyle=":", linewidth=1.2, zorder=1)
+            axes[r, 0].annotate(f"guaranteed r = {target_risk:g} (stars: the chosen thresholds)",
+                                (0.01, target_risk), fontsize=7, color="gray", va="bottom")
+        for ax, what in ((axes[r, 0], "selective risk (error rate of the accepted)"),
+                         (axes[r, 1], "generalized risk (errors among the accepted / N)")):
+            ax.set_xlim(0.0, 1.02)
+            ax.set_ylim(bottom=0.0)
+            short = what.split(" (")[0]  # several rows: the rows are too low for the long label
+            if r == len(rows) - 1:
+                ax.set_xlabel("coverage")
+            ax.set_ylabel(what if len(rows) == 1 else short)
+            if r == 0:
+                ax.set_title(short if len(rows) == 1 else what)
+            ax.grid(alpha=0.3)
+    _row_legends(fig, axes, rows, legend_w)
+    _suptitle(fig, f"{title}\none point per distinct selector score (ties merged); "
+              "a selector that does not select: one marker", len(rows))
     return fig
 
 

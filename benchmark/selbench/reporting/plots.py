@@ -29,6 +29,12 @@ without recomputing anything. Files go to ``DIR/plots/<experiment>/`` as PNG and
     the experiment's leaderboard columns (its spec's ``metrics:``) include ``smece``.
 ``selective-accuracy.png``  (Figure 3, all methods)
     Selective accuracy against β, one line per method, mean ± std over seeds.
+
+    With more than eight methods (:data:`selbench.reporting.figures.MAX_PER_PANEL`), these
+    two figures and the risk-coverage figure split the methods over rows of panels, one row
+    per scheme (a scheme of more than eight methods over several rows of at most eight),
+    each row with its own legend and y scale, the rows sharing the x axis; with eight or
+    fewer, one row.
 ``risk-coverage.png``
     For every method with per-example arrays, from its selector's scores on the evaluation
     examples of the plotted seed (:func:`selbench.measure.riskcoverage.risk_coverage_curve`, ties in
@@ -482,13 +488,15 @@ def _experiment_jobs(results: ResultSet, exp: dict, store: ResultsDir,
     curves = [(m["label"], metric_curves(results, exp["name"], m["label"], exp["betas"],
                                          [*ece_keys, "accuracy"]))
               for m in exp["methods"]]
-    jobs = [_Job("curves_figure", (curves, ece_keys, name), where / "selective-ece"),
-            _Job("curves_figure", (curves, ["accuracy"], name), where / "selective-accuracy")]
+    groups = [_group(m) for m in exp["methods"]]
+    jobs = [_Job("curves_figure", (curves, ece_keys, name, groups), where / "selective-ece"),
+            _Job("curves_figure", (curves, ["accuracy"], name, groups),
+                 where / "selective-accuracy")]
     b = plot_beta(exp, beta)
     guarantee = exp.get("coverage_guarantee")
     delta = guarantee["delta"] if guarantee else None
-    ranked = []
-    for method, (label, curve) in zip(exp["methods"], curves):
+    ranked, ranked_groups = [], []
+    for method, group, (label, curve) in zip(exp["methods"], groups, curves):
         found = _arrays_for(results, exp["name"], label, b, exp["train_beta"] == "per_beta")
         if found is None:
             continue
@@ -498,12 +506,20 @@ def _experiment_jobs(results: ResultSet, exp: dict, store: ResultsDir,
         ranked.append((label + ("" if b_used == b else f" (trained at β = {b_used:g})")
                        + f", seed {seed}", arrays["score"], arrays["correct"], selects)
                       + ((point,) if point is not None else ()))
+        ranked_groups.append(group)
         jobs += _method_jobs(exp["name"], method, label, curve, found, delta, where)
     if ranked:
         target = (exp.get("risk_guarantee") or {}).get("risk")
-        args = (ranked, f"{name}, risk against coverage") + ((target,) if target else ())
+        args = (ranked, f"{name}, risk against coverage", target or None, ranked_groups)
         jobs.append(_Job("risk_coverage_figure", args, where / "risk-coverage"))
     return jobs
+
+
+def _group(method: dict) -> str:
+    """The group of a method in the curve figures' rows of panels (with more methods than
+    one panel shows, :func:`selbench.reporting.figures.method_panels`): its scheme, as the
+    spec names it."""
+    return f"scheme: {method['scheme']['name']}"
 
 
 def _operating_point(results: ResultSet, experiment: str, method: str, seed: int,
