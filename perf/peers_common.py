@@ -123,6 +123,12 @@ class Report:
                     self.ratios.setdefault(section, []).append(
                         (r, f"{title}: {row.name} ({what})"))
 
+    def check(self) -> None:
+        """End the benchmark with the value checks that failed, if any (exit status 1)."""
+        if self.failures:
+            raise SystemExit("values disagree beyond the stated tolerance:\n  "
+                             + "\n  ".join(self.failures))
+
     def summary(self, section: str, label: str) -> list[str]:
         rows = self.ratios.get(section)
         if not rows:

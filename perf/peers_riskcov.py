@@ -139,5 +139,4 @@ if __name__ == "__main__":  # python perf/peers_riskcov.py [N]: this workload al
     report = Report()
     workload(int(float(sys.argv[1])) if len(sys.argv) > 1 else 1_000_000, 5, report)
     report.summary("riskcov", "risk-coverage metrics")
-    if report.failures:
-        raise SystemExit("\n".join(report.failures))
+    report.check()

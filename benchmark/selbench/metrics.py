@@ -6,6 +6,7 @@ It assembles the public names of :mod:`selbench.measure.metrics` and
 :mod:`selbench.measure.metrics`, so the latter cannot re-export it).
 """
 
+from selbench.measure import metrics as _measured
 from selbench.measure.bootstrap import bootstrap_ci
 from selbench.measure.classic import (
     ece_equal_width,
@@ -16,34 +17,7 @@ from selbench.measure.classic import (
     selector_auroc,
 )
 from selbench.measure.guarantee import binomial_upper_bound, sgr
-from selbench.measure.metrics import (
-    DEFAULT_BETAS,
-    DEFAULT_COLUMNS,
-    METRICS,
-    MetricInfo,
-    SmoothReliability,
-    accept_mask,
-    accepted_counts,
-    accuracy,
-    auc,
-    augrc,
-    aurc,
-    brier,
-    classwise_ece,
-    coverage_at_risk,
-    eaurc,
-    ece,
-    ece_sorted,
-    metric_info,
-    risk_at_coverage,
-    risk_coverage_curve,
-    selection_order,
-    selective_metrics,
-    smece,
-    smooth_reliability,
-    thresholds,
-    top_label,
-)
+from selbench.measure.metrics import *  # noqa: F403 (its __all__, below)
 from selbench.measure.rcstats import (
     augrc_ba,
     aurc_achievable,
@@ -54,48 +28,24 @@ from selbench.measure.rcstats import (
 )
 from selbench.measure.reliability import clopper_pearson, signed_ce
 
+#: every public name of :mod:`selbench.measure.metrics`, then those of the other measure modules
 __all__ = [
-    "augrc_ba",
-    "aurc_achievable",
-    "aurc_ba",
-    "binomial_upper_bound",
-    "clopper_pearson",
-    "eaugrc",
-    "eaurc_achievable",
-    "partial_aurc",
-    "sgr",
-    "signed_ce",
+    *_measured.__all__,
+    "bootstrap_ci",
     "ece_equal_width",
     "fpr_at_tpr",
     "mce",
     "nll",
     "nll_full",
     "selector_auroc",
-    "DEFAULT_BETAS",
-    "SmoothReliability",
-    "DEFAULT_COLUMNS",
-    "METRICS",
-    "MetricInfo",
-    "accept_mask",
-    "accepted_counts",
-    "accuracy",
-    "auc",
-    "aurc",
-    "augrc",
-    "bootstrap_ci",
-    "brier",
-    "classwise_ece",
-    "coverage_at_risk",
-    "eaurc",
-    "ece",
-    "ece_sorted",
-    "metric_info",
-    "risk_at_coverage",
-    "risk_coverage_curve",
-    "selection_order",
-    "selective_metrics",
-    "smece",
-    "smooth_reliability",
-    "thresholds",
-    "top_label",
+    "binomial_upper_bound",
+    "sgr",
+    "augrc_ba",
+    "aurc_achievable",
+    "aurc_ba",
+    "eaugrc",
+    "eaurc_achievable",
+    "partial_aurc",
+    "clopper_pearson",
+    "signed_ce",
 ]
