@@ -110,6 +110,32 @@ def ece_equal_width(confidence: Any, correct: Any, *, p: float = 1, n_bins: int 
     return plugin_ce(counts, conf_mean, acc_mean, p)
 
 
+def _auroc_counts(k: np.ndarray, e: np.ndarray) -> float:
+    """:func:`selector_auroc` from the merged-tie points of
+    :func:`selbench.measure.riskcoverage.rc_counts`: a tied group of ``c`` correct and ``w``
+    wrong examples ranks its correct ones above the ``E`` wrong ones scored lower and level
+    with its own ``w`` (one half each), summed in integers (one rounding)."""
+    n, n_neg = int(k[-1]), int(e[-1])
+    n_pos = n - n_neg
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    w = np.diff(e, prepend=0)
+    c = np.diff(k, prepend=0) - w
+    twice = int(np.dot(c, 2 * (n_neg - e) + w))
+    return float(twice / (2.0 * n_pos * n_neg))
+
+
+def _fpr_counts(k: np.ndarray, e: np.ndarray, tpr: float = 0.95) -> float:
+    """:func:`fpr_at_tpr` from the merged-tie points (the same tie ends, the same counts)."""
+    n, n_neg = int(k[-1]), int(e[-1])
+    n_pos = n - n_neg
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    rates = (k - e) / n_pos
+    j = int(np.searchsorted(rates, tpr, side="left"))
+    return float(e[min(j, e.shape[0] - 1)] / n_neg)
+
+
 def _positives(scores: Any, correct: Any) -> tuple[np.ndarray, np.ndarray]:
     sc = check_scores(scores)
     corr = check_correct(correct, sc.shape[0])
@@ -182,3 +208,36 @@ CLASSIC_METRICS: dict[str, tuple] = {
                       "class-wise ECE of the recalibrated distribution (classwise_ece)",
                       "log_probs"),
 }
+
+
+# the metrics from a merged-tie curve (``fn.from_counts``, see selbench.measure.riskcoverage)
+selector_auroc.from_counts = _auroc_counts  # type: ignore[attr-defined]
+fpr_at_tpr.from_counts = _fpr_counts  # type: ignore[attr-defined]
+
+
+def _auroc_count_rows(drawn: np.ndarray, wrong: np.ndarray) -> np.ndarray:
+    """:func:`_auroc_counts` of every row of per-group counts ``[R, G]`` (``from_count_rows``,
+    :mod:`selbench.measure.riskcoverage`): a group not drawn adds nothing."""
+    e = np.cumsum(wrong, axis=1)
+    n_neg = e[:, -1]
+    n_pos = drawn.sum(axis=1) - n_neg
+    twice = np.einsum("ij,ij->i", drawn - wrong, 2 * (n_neg[:, None] - e) + wrong)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = twice / (2.0 * n_pos * n_neg)
+    return np.where((n_pos == 0) | (n_neg == 0), np.nan, out)
+
+
+def _fpr_count_rows(drawn: np.ndarray, wrong: np.ndarray, tpr: float = 0.95) -> np.ndarray:
+    """:func:`_fpr_counts` of every row of per-group counts: a group not drawn repeats the
+    previous point, so the first point reaching ``tpr`` is a drawn one's."""
+    k, e = np.cumsum(drawn, axis=1), np.cumsum(wrong, axis=1)
+    n_neg = e[:, -1]
+    n_pos = k[:, -1] - n_neg
+    with np.errstate(invalid="ignore", divide="ignore"):
+        j = np.argmax((k - e) / n_pos[:, None] >= tpr, axis=1)
+        out = e[np.arange(e.shape[0]), j] / n_neg
+    return np.where((n_pos == 0) | (n_neg == 0), np.nan, out)
+
+
+selector_auroc.from_count_rows = _auroc_count_rows  # type: ignore[attr-defined]
+fpr_at_tpr.from_count_rows = _fpr_count_rows  # type: ignore[attr-defined]

@@ -51,6 +51,7 @@ from selbench.measure.metrics import (
 )
 from selbench.measure.rcstats import augrc_ba, aurc_achievable, aurc_ba, eaugrc, paurc
 from selbench.measure.reliability import signed_ce
+from selbench.measure.riskcoverage import rc_counts
 
 __all__ = ["EvaluationError", "check_vector", "distribution_metrics", "eval_rows", "fit_indices",
            "guaranteed_risk",
@@ -170,8 +171,14 @@ def measure(arrays: dict[str, np.ndarray], betas: list[float], *, delta: float |
         out = {k: np.repeat(v, m) for k, v in full.items()}
         if delta is not None:
             out["guaranteed_coverage"] = np.ones(m)
+    curve = None  # the merged-tie curve, shared by the metrics that have a from_counts form
     for key, fn in RANKING.items():
-        out[key] = np.full(m, fn(scores, correct))
+        from_counts = getattr(fn, "from_counts", None)
+        if from_counts is not None and len(scores):
+            curve = rc_counts(scores, correct) if curve is None else curve
+            out[key] = np.full(m, from_counts(*curve))
+        else:
+            out[key] = np.full(m, fn(scores, correct))
     labels = arrays.get("labels")  # from score(); without the classes: nan
     for key, fn in RANKING_LABELLED.items():
         out[key] = np.full(m, fn(scores, correct, labels) if labels is not None else np.nan)

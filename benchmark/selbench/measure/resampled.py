@@ -162,10 +162,35 @@ class ResampledCell:
                          for kj in self.k.tolist()], axis=1)
 
     def _ranking_rows(self, idx: np.ndarray, out: np.ndarray, at: int) -> None:
-        """The ``ranking`` metrics of the rows ``idx`` into ``out[at:]``, one output row each."""
+        """The ``ranking`` metrics of the rows ``idx`` into ``out[at:]``, one output row each:
+        from the rows' per-group counts (:meth:`_count_tables`) through ``from_count_rows``
+        (all rows at once) or ``from_counts`` (each row's merged-tie curve), the others
+        through ``batched`` or row by row."""
         R = idx.shape[0]
         shared: tuple[np.ndarray, np.ndarray] | None = None  # [R, n] rows, gathered once
+        fns = list(self.ranking.values())
+        tables = [(at + i, fn.from_count_rows) for i, fn in enumerate(fns)
+                  if callable(getattr(fn, "from_count_rows", None))]
+        curves = [(at + i, fn.from_counts) for i, fn in enumerate(fns)
+                  if callable(getattr(fn, "from_counts", None))
+                  and not callable(getattr(fn, "from_count_rows", None))]
+        if tables or curves:
+            for a, drawn, wrong in self._count_tables(idx):
+                for row, rows_fn in tables:
+                    out[row, a:a + drawn.shape[0]] = _column(rows_fn(drawn, wrong),
+                                                             drawn.shape[0], "from_count_rows")
+                if curves:
+                    k_all, e_all = np.cumsum(drawn, axis=1), np.cumsum(wrong, axis=1)
+                    for r in range(drawn.shape[0]):
+                        present = drawn[r] > 0
+                        k, e = k_all[r, present], e_all[r, present]
+                        for row, from_counts in curves:
+                            out[row, a + r] = from_counts(k, e)
         for key, fn in self.ranking.items():
+            if callable(getattr(fn, "from_counts", None)) or \
+                    callable(getattr(fn, "from_count_rows", None)):
+                at += 1
+                continue
             rows_fn = _batched(fn)
             if rows_fn is None:
                 out[at] = [_scalar(fn(self.sc[r], self.corr[r]), key) for r in idx]
@@ -176,6 +201,25 @@ class ResampledCell:
                         arr.flags.writeable = False
                 out[at] = _column(rows_fn(*shared), R, key)
             at += 1
+
+    def _count_tables(self, idx: np.ndarray):
+        """Blocks ``(first row, drawn, wrong)`` of the rows' per-group counts ``[r, G]``: how
+        many of each row's examples (and of its wrong ones) fall in each group of equal
+        scores of the evaluation set (``srank``, 0 = highest), two ``bincount`` s a block and
+        no sort of any row. A row's merged-tie curve (as
+        :func:`selbench.measure.riskcoverage.rc_counts` of its scores and correctness) is the
+        cumulative sums at the groups it draws: exactly the integers a sort would give."""
+        n_groups = int(self.srank.max()) + 1 if self.srank.size else 0
+        wrong = self.corr == 0.0
+        step = max(1, _CHUNK_ENTRIES * 16 // max(n_groups, 1))  # [step, groups] int64 tables
+        for a in range(0, idx.shape[0], step):
+            block = idx[a:a + step]
+            rows = np.arange(block.shape[0], dtype=np.intp)[:, None]
+            flat = self.srank[block].astype(np.intp) + rows * n_groups
+            size = block.shape[0] * n_groups
+            drawn = np.bincount(flat.ravel(), minlength=size).reshape(-1, n_groups)
+            wrong_drawn = np.bincount(flat[wrong[block]], minlength=size).reshape(-1, n_groups)
+            yield a, drawn, wrong_drawn
 
     def _binned(self, idx: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Selection order ``[R, n]`` (example at each rank) and the four binned metrics
