@@ -216,3 +216,28 @@ def test_fit_checks_leave_plugins_untouched(tmp_path, monkeypatch):
     assert len(fits) == 2
     assert all("confidence" not in names and "predict" not in names for names in fits)
     assert methods() == before
+
+
+def test_leaderboard_from_the_records_held_equals_one_read_from_disk(tmp_path, monkeypatch):
+    """The runner hands the leaderboard the records it wrote or verified (issue 28: not read
+    again); the files are those a leaderboard built from the cells on disk gives, byte for
+    byte, on a first run and on a rerun that reuses every cell."""
+    from selbench.reporting.leaderboard import write_leaderboard
+    from selbench.store.results import ResultsDir
+
+    out = tmp_path / "out"
+    reads = []
+    real = ResultsDir.check_cell
+    monkeypatch.setattr(ResultsDir, "check_cell",
+                        lambda self, *a, **k: reads.append(a[0]) or real(self, *a, **k))
+    for attempt in range(2):
+        reads.clear()
+        report = run(tiny_spec(), out_dir=out, progress=False, plots=False)
+        held = {name: (out / name).read_bytes() for name in
+                ("leaderboard.md", "leaderboard.csv", "leaderboard.json")}
+        # each cell checked once, by the plan (the leaderboard reads none again)
+        assert len(reads) == report.computed + report.reused
+        assert report.reused == (0 if attempt == 0 else len(reads))
+        write_leaderboard(out)
+        for name, data in held.items():
+            assert (out / name).read_bytes() == data, name

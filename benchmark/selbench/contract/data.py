@@ -199,13 +199,20 @@ class ModelOutputs:
     def subset(self, index: np.ndarray) -> ModelOutputs:
         """Rows ``index`` (an integer or boolean index array) as new outputs."""
         index = np.asarray(index)
-        return ModelOutputs(
-            features=self.features[index],
-            logits=self.logits[index],
-            labels=self.labels[index],
-            domain=None if self.domain is None else self.domain[index],
-            meta=self.meta,
-        )
+        if index.ndim != 1:  # not rows: the constructor says what is wrong
+            return ModelOutputs(features=self.features[index], logits=self.logits[index],
+                                labels=self.labels[index], meta=self.meta,
+                                domain=None if self.domain is None else self.domain[index])
+        out = object.__new__(ModelOutputs)
+        # rows of validated arrays keep every property the constructor checks (dtypes, finite
+        # values, label range), so they are not checked again: two passes over the rows saved
+        # per subset (measured: 1.3 of the 3.7 s the method stage spent in subset, perf/README)
+        for name, value in (("features", self.features[index]), ("logits", self.logits[index]),
+                            ("labels", self.labels[index]),
+                            ("domain", None if self.domain is None else self.domain[index]),
+                            ("meta", dict(self.meta))):
+            object.__setattr__(out, name, value)
+        return out
 
     # ------------------------------------------------------------------ persistence
     def to_npz(self, path) -> None:

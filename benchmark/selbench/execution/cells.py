@@ -17,6 +17,7 @@ import pickle
 import sys
 import time
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -161,7 +162,7 @@ def fit_group(
         built.scheme = scheme  # one scheme fits the group
         estimators.append(est)
         builts.append(built)
-        jobs.append(built.job(fit_all.subset(idx)))
+        jobs.append(built.job(_fitting_rows(fit_all, idx)))
     seed_everything(cells[0].seed)
     t0 = time.perf_counter()
     m.run("fitting", lambda: fit_guarded(lambda: scheme.fit_many(jobs),
@@ -172,6 +173,23 @@ def fit_group(
         cell.key: FittedCell(est._adopt(built, job.outputs), share, len(cells))
         for cell, est, built, job in zip(cells, estimators, builts, jobs)
     }
+
+
+#: each seed's fitting rows of a cached split, shared by the cells of every method of the
+#: experiment (one copy of n_fit rows per seed instead of one per cell: measured 2.1 s of
+#: the shortened method stage's time outside the cells, perf/README.md); plugins must not
+#: write into them (:class:`~selbench.contract.api.FitJob`), as the core and built-ins never do
+_FITTING_ROWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _fitting_rows(fit_all: ModelOutputs, idx: np.ndarray) -> ModelOutputs:
+    if len(idx) == len(fit_all):
+        return fit_all
+    per_split = _FITTING_ROWS.setdefault(fit_all, {})
+    key = hashlib.sha256(idx.tobytes()).hexdigest()
+    if key not in per_split:
+        per_split[key] = fit_all.subset(idx)
+    return per_split[key]
 
 
 def _tensor_state(dtype: str, shape: tuple, data: bytes) -> Any:  # pragma: no cover
@@ -290,15 +308,30 @@ def _risk_guarantee(m: _Method, est: SelectiveRecalibrator, fit_all: ModelOutput
     return guaranteed_risk(fit_arrays, arrays, betas, risk=rg.risk, delta=rg.delta)
 
 
-def _stored_arrays(cell: Cell, arrays: dict[str, np.ndarray],
-                   eval_out: ModelOutputs) -> dict[str, np.ndarray] | None:
+#: the backbone's raw confidence of each evaluation row set, per cached split: an
+#: experiment's methods share their first seed's rows, so it is one pass over the logits per
+#: experiment instead of one per method (measured 2.4 s of a profiled shortened paper stage)
+_RAW_CONFIDENCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _raw_confidence(eval_all: ModelOutputs, rows_key: tuple[str, str],
+                    eval_out: ModelOutputs) -> np.ndarray:
+    per_split = _RAW_CONFIDENCE.setdefault(eval_all, {})
+    if rows_key not in per_split:
+        per_split[rows_key] = eval_out.confidence()
+    return per_split[rows_key]
+
+
+def _stored_arrays(cell: Cell, arrays: dict[str, np.ndarray], eval_out: ModelOutputs,
+                   eval_all: ModelOutputs, rows_key: tuple[str, str]
+                   ) -> dict[str, np.ndarray] | None:
     """The per-example arrays a cell file keeps (the first seed's only)."""
     stored = None
     if cell.needs_arrays:
         # per-example arrays of the first seed, for reliability diagrams and histograms
         stored = {
             "confidence": arrays["confidence"],
-            "raw_confidence": eval_out.confidence(),
+            "raw_confidence": _raw_confidence(eval_all, rows_key, eval_out),
             "prediction": arrays["prediction"],
             "score": arrays["score"],
             "correct": arrays["correct"].astype(np.uint8),
@@ -339,7 +372,7 @@ def run_cell(
         metrics.update(_risk_guarantee(m, est, outputs[exp.fit_split], idx, arrays,
                                        cell.eval_betas))
     t2 = time.perf_counter()
-    stored = _stored_arrays(cell, arrays, eval_out)
+    stored = _stored_arrays(cell, arrays, eval_out, outputs[exp.eval_split], rows_key)
     record = CellRecord(
         key=cell.key,
         components=cell.components,
@@ -407,7 +440,7 @@ def fit_cells(resolved: ResolvedSpec, group: list[Cell], outputs: dict[str, Mode
               dev: str, results: ResultsDir, spec_hash: str, written=None, bar=None) -> None:
     """Fit one method's cells with one ``fit_many`` call (tuned cells: each tuned and fitted
     by :func:`tune_and_fit`), then score, measure and write each cell (atomically) as it is
-    done; ``written(cell)`` is called after each write."""
+    done; ``written(cell, record)`` is called after each write, with the record written."""
     exp = resolved.spec.experiments[group[0].e_i]
     m = _Method(resolved, group[0].e_i, group[0].m_i, spec_hash)
     memo: dict = {}
@@ -426,8 +459,8 @@ def fit_cells(resolved: ResolvedSpec, group: list[Cell], outputs: dict[str, Mode
             if info is not None:
                 record = record.model_copy(update={"tuning": info})
             fitted.pop(cell.key, None)  # free the fitted modules as we go
-            results.write_cell(cell.path, record, arrays)
+            sealed = results.write_cell(cell.path, record, arrays)
             if written is not None:
-                written(cell)
+                written(cell, sealed)
     except (EvaluationError, TuningError) as exc:  # sizes that do not fit the data
         raise RunError(str(exc)) from None

@@ -37,6 +37,7 @@ users import from it (:class:`RunError`, :class:`RunReport` / :class:`RunResults
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -51,7 +52,7 @@ from selbench.execution.results_api import Leaderboard, RunReport, RunResults
 from selbench.measure.evaluate import fit_indices
 from selbench.spec import ResolvedSpec, SpecError, load_spec
 from selbench.store.cache import OutputCache
-from selbench.store.results import LEGACY, ResultsDir, ResultsError, RunRecord, slug
+from selbench.store.results import LEGACY, CellRecord, ResultsDir, ResultsError, RunRecord, slug
 from selbench.training.devices import resolve_device
 
 __all__ = ["JobsFailed", "Leaderboard", "RunError", "RunReport", "RunResults", "fit_indices",
@@ -192,6 +193,7 @@ def _run_locked(resolved, results, cache, dev, progress, plots, force, only, tqd
     ))
 
     report = RunReport(results.root)
+    known: dict[str, CellRecord] = {}  # records verified or written here: not read again
     todo: list[Cell] = []
     for c in cells:
         label = resolved.spec.experiments[c.e_i].methods[c.m_i].label
@@ -201,6 +203,7 @@ def _run_locked(resolved, results, cache, dev, progress, plots, force, only, tqd
             continue
         check = results.check_cell(c.path, c.key, c.needs_arrays)
         if check.record is not None:
+            known[os.path.abspath(c.path)] = check.record
             continue
         todo.append(c)
         if check.problem != "missing":
@@ -217,8 +220,8 @@ def _run_locked(resolved, results, cache, dev, progress, plots, force, only, tqd
                   options, progress, report)
     else:
         _run_inline(resolved, results, cache, ident, todo, dev, progress, prov["spec_hash"],
-                    report, tqdm)
-    report.files = write_leaderboard(results.root)
+                    report, tqdm, known)
+    report.files = write_leaderboard(results.root, known=known)
     if plots:
         from selbench.reporting.plots import write_plots
 
@@ -227,8 +230,9 @@ def _run_locked(resolved, results, cache, dev, progress, plots, force, only, tqd
 
 
 def _run_inline(resolved, results, cache, ident, todo, dev, progress, spec_hash, report,
-                tqdm) -> None:
-    """Every unfinished cell in this process, one method (one ``fit_many``) at a time."""
+                tqdm, known) -> None:
+    """Every unfinished cell in this process, one method (one ``fit_many``) at a time; each
+    record written is added to ``known`` (by absolute path) for the leaderboard."""
     by_exp: dict[int, list[Cell]] = {}
     for c in todo:
         by_exp.setdefault(c.e_i, []).append(c)
@@ -237,7 +241,8 @@ def _run_inline(resolved, results, cache, ident, todo, dev, progress, spec_hash,
         for e_i, exp_cells in by_exp.items():
             outputs = experiment_outputs(resolved, e_i, ident, cache, dev, progress)
             for group in method_groups(exp_cells):
-                def written(cell: Cell) -> None:
+                def written(cell: Cell, record: CellRecord) -> None:
+                    known[os.path.abspath(cell.path)] = record
                     report.computed += 1
                     bar.update(1)
 

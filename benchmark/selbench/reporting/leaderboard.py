@@ -43,7 +43,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -323,9 +323,13 @@ def build_tables(
     *,
     allow_partial: bool = False,
     allow_mixed: bool = False,
+    known: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Aggregate the cells of one or more results directories into tables (JSON-ready)."""
-    return tables_from(load_results(results_dirs, allow_partial=allow_partial, allow_mixed=allow_mixed))
+    """Aggregate the cells of one or more results directories into tables (JSON-ready);
+    ``known``: cell records the caller holds already (:func:`~selbench.reporting.loading.
+    load_results`)."""
+    return tables_from(load_results(results_dirs, allow_partial=allow_partial,
+                                    allow_mixed=allow_mixed, known=known))
 
 
 def _provenance(results: ResultSet) -> dict[str, Any]:
@@ -602,6 +606,7 @@ def write_leaderboard(
     out: str | Path | None = None,
     allow_partial: bool = False,
     allow_mixed: bool = False,
+    known: Mapping[str, Any] | None = None,
 ) -> list[Path]:
     """(Re)write ``leaderboard.md``, ``.csv`` and ``.json`` from the cells of results directories.
 
@@ -610,6 +615,8 @@ def write_leaderboard(
         out: where to write; default the results directory (required for several).
         allow_partial: tabulate the finished cells when some are missing.
         allow_mixed: combine cells / directories of different spec hashes.
+        known: the cell records (by absolute path) the caller has just written or verified:
+            taken as they are instead of being read and verified again (the runner's).
     """
     dirs = [Path(results_dirs)] if isinstance(results_dirs, (str, Path)) else [Path(d) for d in results_dirs]
     if out is None:
@@ -618,7 +625,8 @@ def write_leaderboard(
                                    "write the leaderboard with --out DIR")
         out = dirs[0]
     out = Path(out)
-    tables = build_tables(dirs, allow_partial=allow_partial, allow_mixed=allow_mixed)
+    tables = build_tables(dirs, allow_partial=allow_partial, allow_mixed=allow_mixed,
+                          known=known)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "leaderboard.md", out / "leaderboard.csv", out / "leaderboard.json"]
     atomic_write_text(paths[0], render_markdown(tables))

@@ -8,7 +8,8 @@ damaged, or computed for different specs: see "One spec per table" in
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,14 +56,8 @@ def short_hash(h: str | None) -> str:
     return (h or "unknown")[:12]
 
 
-def _load_dir(
-    out_dir: Path, allow_partial: bool, allow_mixed: bool
-) -> tuple[dict, list[dict], list[str], int]:
-    """run.json, the usable cells, the spec hashes of foreign cells taken in, cells left out.
-
-    Cells are read through :class:`selbench.store.results.ResultsDir`, which verifies each
-    record's checksum (and its arrays'): a damaged cell counts as missing, never as data.
-    """
+def _read_run(out_dir: Path) -> tuple[ResultsDir, dict]:
+    """The results directory's store and its run.json (one clear error when it is none)."""
     store = ResultsDir(out_dir)
     if not out_dir.is_dir():
         raise NotResultsError(f"{out_dir}: no such folder; give a results directory written "
@@ -71,9 +66,22 @@ def _load_dir(
     if not store.run_path.is_file():
         raise NotResultsError(f"{out_dir}: no run.json; is this a selbench results directory?")
     try:
-        run = store.read_run().model_dump(mode="json")
+        return store, store.read_run().model_dump(mode="json")
     except ResultsError as exc:
         raise LeaderboardError(str(exc)) from None
+
+
+def _load_dir(
+    out_dir: Path, allow_partial: bool, allow_mixed: bool, known: Mapping[str, Any] | None = None,
+) -> tuple[dict, list[dict], list[str], int]:
+    """run.json, the usable cells, the spec hashes of foreign cells taken in, cells left out.
+
+    Cells are read through :class:`selbench.store.results.ResultsDir`, which verifies each
+    record's checksum (and its arrays'): a damaged cell counts as missing, never as data.
+    ``known`` maps absolute cell paths to the records this process has just written or
+    verified there (the runner's): those are taken as they are, not read again.
+    """
+    store, run = _read_run(out_dir)
     current = run["provenance"].get("spec_hash")
     cells: list[dict] = []
     missing: list[str] = []
@@ -81,6 +89,10 @@ def _load_dir(
     foreign: list[tuple[str, dict]] = []
     for rel, key in zip(run["cells"], run["cell_keys"]):
         path = store.resolve(rel)
+        held = known.get(os.path.abspath(path)) if known else None
+        if held is not None and held.key == key:
+            cells.append({**held.model_dump(mode="json"), "_file": path})
+            continue
         check = store.check_cell(path, key)
         if check.record is not None:
             cells.append({**check.record.model_dump(mode="json"), "_file": path})
@@ -171,8 +183,10 @@ def load_results(
     *,
     allow_partial: bool = False,
     allow_mixed: bool = False,
+    known: Mapping[str, Any] | None = None,
 ) -> ResultSet:
-    """Load and check the cells of one or more results directories.
+    """Load and check the cells of one or more results directories (``known``: records this
+    process holds already, by absolute cell path; see :func:`_load_dir`).
 
     Raises :class:`LeaderboardError` when cells are missing (unless ``allow_partial``), when
     cells or directories of different spec hashes would be combined (unless
@@ -182,7 +196,7 @@ def load_results(
     dirs = [Path(results_dirs)] if isinstance(results_dirs, (str, Path)) else [Path(d) for d in results_dirs]
     if not dirs:
         raise LeaderboardError("no results directory given")
-    loaded = [(d, *_load_dir(d, allow_partial, allow_mixed)) for d in dirs]
+    loaded = [(d, *_load_dir(d, allow_partial, allow_mixed, known)) for d in dirs]
     if not allow_mixed:
         _check_one_spec(loaded)
     sources, experiments, cells, seeds, mixed = [], [], [], [], []

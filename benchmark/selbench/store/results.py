@@ -477,12 +477,18 @@ class ResultsDir:
             npz = path.with_suffix(".npz")
             with atomic_path(npz, suffix=".npz") as tmp:
                 with open(tmp, "wb") as fh:
-                    np.savez_compressed(fh, key=np.array(record.key), **arrays)
+                    # uncompressed: the arrays are mostly float64 noise that zlib shrinks by a
+                    # quarter at 50x the time (50,000 rows: 54 ms vs 1 ms; git compresses the
+                    # committed ones anyway)
+                    np.savez(fh, key=np.array(record.key), **arrays)
                 digest = _sha256_file(tmp)
             record = record.model_copy(update={"arrays": ArraysRef(file=npz.name, sha256=digest)})
         record = record.sealed()
+        # no fsync: the record is sealed with its checksum, so a file torn by a power loss
+        # is recomputed, never read as data (check_cell); 4 ms a cell saved
         atomic_write_json(path, record.model_dump(mode="json",
-                                                  exclude=record.unset_optional() or None))
+                                                  exclude=record.unset_optional() or None),
+                          durable=False)
         return record
 
     def load_arrays(self, path: Path, record: CellRecord) -> dict[str, np.ndarray]:
