@@ -191,6 +191,8 @@ def count_flops(resolved, cells: list[dict]) -> dict[tuple[str, str], float]:
 
 def main(argv: list[str] | None = None) -> list[str]:
     args = parser().parse_args(argv)
+    if args.against:
+        return against(args, argv or [])
     device = resolve_device(args.device)
     divisor = 1 if args.full else args.epoch_divisor
     max_split = None if args.full else args.max_split
@@ -217,6 +219,9 @@ def main(argv: list[str] | None = None) -> list[str]:
             shutil.rmtree(work, ignore_errors=True)
 
     floor, t_counted = print_table(cells, flops, peak, wall, boot, report.computed)
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {**phases(cells, wall, boot), "cells": report.computed, "floor": floor}))
     lines = []
     if device.type == "cuda":
         lines.append(target("GPU method stage", wall < 120 and divisor == 1 and not max_split,
@@ -240,7 +245,53 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--progress", action="store_true", help="the runner's progress bars")
     ap.add_argument("--resamples", type=int,
                     help="bootstrap resamples per cell (default: the spec's; 0: no intervals)")
+    ap.add_argument("--against", metavar="DIR",
+                    help="a checkout of earlier selbench code (e.g. `git worktree add DIR "
+                         "<commit>`): run the same stage with it and with this tree, one after "
+                         "the other, each in its own process, and print both side by side")
+    ap.add_argument("--json", metavar="PATH", help="also write the phase times as JSON")
     return ap
+
+
+def phases(cells: list[dict], wall: float, boot: float) -> dict[str, float]:
+    """Wall seconds of the stage by phase: fitting, evaluating (scores, metrics and intervals,
+    from the cells' own timings), the bootstrap intervals alone, and outside the cells
+    (loading the cached outputs, planning, writing cells and the leaderboard)."""
+    fit_s = sum(c["timing"]["fit_s"] for c in cells)
+    eval_s = sum(c["timing"]["eval_s"] for c in cells)
+    return {"wall": wall, "fit": fit_s, "evaluate": eval_s, "intervals": boot,
+            "evaluate_without_intervals": eval_s - boot, "outside": wall - fit_s - eval_s}
+
+
+def against(args: argparse.Namespace, argv: list[str]) -> list[str]:
+    """The stage with the code in ``args.against`` and with this tree, in that order, each in a
+    fresh process on a fresh cache; the phase table and the targets of issue 28 (CPU evaluation
+    and outside the cells each at least halved)."""
+    import os
+    import subprocess
+
+    old_root = Path(args.against).resolve()
+    rest = [a for i, a in enumerate(argv) if a != "--against" and
+            not (i and argv[i - 1] == "--against") and not a.startswith("--against=")]
+    results = {}
+    for label, root in (("before", old_root), ("after", REPO)):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [str(root / "benchmark"), str(root / "plugins")]))
+        with tempfile.TemporaryDirectory(prefix="selbench-against-") as tmp:
+            out = Path(tmp) / "phases.json"
+            subprocess.run([sys.executable, str(Path(__file__).resolve()), *rest, "--json",
+                            str(out)], env=env, check=True)
+            results[label] = json.loads(out.read_text())
+    rule(f"side by side: before = {old_root}, after = this tree")
+    before, after = results["before"], results["after"]
+    for key in ("wall", "fit", "evaluate", "intervals", "evaluate_without_intervals", "outside"):
+        ratio = before[key] / after[key] if after[key] > 0 else float("inf")
+        print(f"  {key:28s} {before[key]:9.1f} s {after[key]:9.1f} s   {ratio:5.2f}x")
+    lines = [target("CPU evaluation at least halved", before["evaluate"] >= 2 * after["evaluate"],
+                    f"{before['evaluate']:.1f} -> {after['evaluate']:.1f} s"),
+             target("outside the cells at least halved", before["outside"] >= 2 * after["outside"],
+                    f"{before['outside']:.1f} -> {after['outside']:.1f} s")]
+    return lines
 
 
 def run_stage(raw: dict, work: Path, device_type: str, progress: bool
@@ -294,10 +345,10 @@ def print_table(cells: list[dict], flops: dict, peak: float, wall: float, boot: 
     print(f"  FLOP-counted methods (learned selectors, MLP recalibrators): {t_counted:.1f} s "
           f"-> {100 * floor / t_counted:.1f}% of the floor")
     print(f"  other methods (baselines, binning, temperature/Platt only): {t_otherfmt(t_other)}")
-    fit_s = sum(c["timing"]["fit_s"] for c in cells)
-    eval_s = sum(c["timing"]["eval_s"] for c in cells)
-    print(f"  fitting {fit_s:.1f} s; evaluating {eval_s:.1f} s, of which bootstrap intervals "
-          f"{boot:.1f} s ({bootstrap_threads()} threads); the rest {wall - fit_s - eval_s:.1f} s")
+    ph = phases(cells, wall, boot)
+    print(f"  fitting {ph['fit']:.1f} s; evaluating {ph['evaluate']:.1f} s (bootstrap intervals "
+          f"{boot:.1f} s, {bootstrap_threads()} threads; scores and point metrics "
+          f"{ph['evaluate_without_intervals']:.1f} s); outside the cells {ph['outside']:.1f} s")
     return floor, t_counted
 
 
