@@ -24,10 +24,11 @@ import bench_scale
 import bench_selectors
 import bench_temperature
 import bench_training
+import bench_tuning
 
 BENCHMARKS = {"training": bench_training, "ece": bench_ece, "temperature": bench_temperature,
               "paper": bench_paper, "scale": bench_scale, "peers": bench_peers,
-              "selectors": bench_selectors}
+              "selectors": bench_selectors, "tuning": bench_tuning}
 #: benchmarks without --full / --device options (CPU-only, fixed sizes)
 FIXED = ("ece", "temperature", "peers", "selectors")
 

@@ -625,3 +625,126 @@ def test_cuda_graph_capture_failure_trains_eagerly(monkeypatch):
         _, replays = _cuda_fit(monkeypatch, True, "joint", "temperature", "s-mce", 3, 0.0,
                                selector=SyncingSelector)
     assert replays == 0
+
+
+# --------------------------------------------------------------------------- per-replica hyperparameters
+#: (epochs, lr, noise_std, λ) per replica: the trials of a tuned method (one seed and data),
+#: a replica that never trains (0 epochs), and one of another seed
+HYPER = [(12, 5e-3, 0.0, 8.0), (5, 2e-2, 0.5, 32.0), (9, 1e-3, 1.0, 2.0), (0, 1e-3, 1.0, 8.0),
+         (12, 5e-3, 0.3, 16.0)]
+
+
+def hyper_pairs(scheme, rec="temperature"):
+    outs = {s: synthetic(seed=s) for s in (0, 1)}
+    pairs = []
+    for i, (epochs, lr, noise, lam) in enumerate(HYPER):
+        seed = 1 if i == len(HYPER) - 1 else 0
+        params = {"epochs": epochs, "lr": lr, "noise_std": noise, "batch_size": 64}
+        pairs.append((reg("scheme", scheme, params),
+                      make_job(seed, 0.7, outs[seed], rec=rec, loss="s-tlbce",
+                               cov_params={"lam": lam})))
+    return pairs
+
+
+@pytest.mark.parametrize("scheme", ["joint", "sequential"])
+def test_replicas_with_their_own_lr_epochs_noise_and_lambda_match_solo_fits(scheme, monkeypatch):
+    """fit_configurations trains replicas that differ in learning rate, epochs, input noise
+    and coverage λ as one model (one engine call, the per-replica Adam); each ends where its
+    own scheme's fit leaves it, within REPLICA_RTOL; the 0-epoch replica is untouched."""
+    calls = []
+    real = engine.train_replicas
+
+    def recording(**kw):
+        calls.append(kw["epochs"])
+        return real(**kw)
+
+    monkeypatch.setattr("selbench_plugins.schemes.training.train_replicas", recording)
+    together = hyper_pairs(scheme)
+    type(together[0][0]).fit_configurations(together)
+    assert calls == [[h[0] for h in HYPER]]  # one engine call, an epoch count per replica
+    monkeypatch.setattr("selbench_plugins.schemes.training.train_replicas", real)
+    untrained = hyper_pairs(scheme)[3][1]
+    untrained.selector.init_module(untrained.outputs, untrained.context)
+    for (scheme_t, job), (scheme_a, alone) in zip(together, hyper_pairs(scheme)):
+        scheme_a.fit_many([alone])
+        assert scheme_t.n_fit_ == len(job.outputs)
+        conf, conf_a = (j.recalibrator.confidence(j.outputs) for j in (job, alone))
+        np.testing.assert_allclose(conf, conf_a, rtol=engine.REPLICA_RTOL, atol=1e-7)
+        np.testing.assert_allclose(job.selector.score(job.outputs, conf),
+                                   alone.selector.score(alone.outputs, conf_a),
+                                   rtol=engine.REPLICA_RTOL, atol=1e-7)
+        for k, v in job.selector.module_.state_dict().items():
+            ref = alone.selector.module_.state_dict()[k]
+            assert float((v - ref).abs().max()) <= engine.REPLICA_RTOL * float(ref.abs().max())
+    for k, v in together[3][1].selector.module_.state_dict().items():  # 0 epochs: exact
+        assert torch.equal(v, untrained.selector.module_.state_dict()[k])
+
+
+def test_equal_per_replica_values_are_the_usual_training_bit_for_bit():
+    """Equal values given per replica are the one value: fit_configurations of schemes with
+    equal parameters is fit_many's training (the fused Adam), bit for bit."""
+    outs = {s: synthetic(seed=s) for s in (0, 1)}
+    params = dict(FAST, noise_std=0.5)
+    results = []
+    for configurations in (False, True):
+        jobs = [make_job(s, b, outs[s], rec="temperature", loss="s-tlbce") for s, b in CELLS]
+        if configurations:
+            pairs = [(reg("scheme", "joint", params), j) for j in jobs]
+            type(pairs[0][0]).fit_configurations(pairs)
+        else:
+            reg("scheme", "joint", params).fit_many(jobs)
+        results.append([j.selector.score(j.outputs, j.recalibrator.confidence(j.outputs))
+                        for j in jobs])
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_replica_adam_is_the_fused_adam_per_replica_and_freezes_exactly():
+    """ReplicaAdam: replica r's update is the fused Adam's with lr[r], bit for bit (weight
+    decay included; 64 x 64 elements a replica, all in the kernel's vectorised loop); a
+    frozen replica's parameters stay exactly as they were."""
+    from selbench.training.hyper import ReplicaAdam
+
+    torch.manual_seed(0)
+    lrs, steps, freeze_at = [1e-2, 3e-3, 5e-2], 30, 10
+    start = torch.randn(3, 64, 64)
+    stacked = torch.nn.Parameter(start.clone())
+    opt = ReplicaAdam([stacked], lrs, weight_decay=1e-2)
+    solo = [torch.nn.Parameter(start[r].clone()) for r in range(3)]
+    solo_opts = [torch.optim.Adam([p], lr=lr, weight_decay=1e-2, fused=True)
+                 for p, lr in zip(solo, lrs)]
+    frozen = None
+    for t in range(steps):
+        grad = torch.randn(3, 64, 64)
+        if t == freeze_at:
+            opt.freeze([1])
+            frozen = stacked.detach()[1].clone()
+        stacked.grad = grad
+        opt.step()
+        for r in (0, 2):
+            solo[r].grad = grad[r].clone()
+            solo_opts[r].step()
+    assert torch.equal(stacked.detach()[1], frozen)
+    for r in (0, 2):
+        assert torch.equal(stacked.detach()[r], solo[r].detach())
+
+
+def test_replica_owners_reads_each_layout_off_write_back():
+    """The owner of each stacked parameter element, for the hand-stacked MLP (its own
+    layout) and a torch.func stack (leading replica dimension)."""
+    from selbench.training.hyper import replica_owners
+
+    nets = [seeded_init(s, lambda: MLPSelectorNet(5, [4, 3])) for s in range(3)]
+    for stacked in (MLPSelectorNet.stacked(nets), engine.FuncStack(nets)):
+        owners = replica_owners(stacked, nets)
+        params = list(stacked.parameters())
+        assert [o.shape for o in owners] == [p.shape for p in params]
+        flat = torch.cat([o.reshape(-1) for o in owners])
+        assert sorted(flat.bincount().tolist()) == [sum(p.numel() for p in nets[0].parameters())] * 3
+        values = torch.cat([p.detach().reshape(-1) for p in params])
+        for r, net in enumerate(nets):  # replica r's elements are its own values
+            own = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+            assert sorted(values[flat == r].tolist()) == sorted(own.tolist())
+    if isinstance(stacked, engine.FuncStack):
+        for o in owners:
+            assert torch.equal(o, torch.arange(3).view(3, *[1] * (o.dim() - 1)).expand_as(o))

@@ -211,21 +211,21 @@ def test_more_trials_extend_the_study_and_an_interrupted_study_resumes(tmp_path,
                  progress=False, plots=False, device="cpu")
     assert report.computed == 2  # the tuned cells; their studies had 2 trials each
     assert _tuning(ext) == _tuning(straight)
-    # a run stopped in the middle of a study's third trial, then rerun
-    real = tuning_mod._Objective.__call__
+    # a run stopped while scoring a study's third trial (its batch fitted, none told), rerun
+    real = tuning_mod._Objective.score
     calls = {"n": 0}
 
-    def flaky(self, trial):
+    def flaky(self, est):
         calls["n"] += 1
         if calls["n"] == 3:
             raise KeyboardInterrupt
-        return real(self, trial)
+        return real(self, est)
 
-    monkeypatch.setattr(tuning_mod._Objective, "__call__", flaky)
+    monkeypatch.setattr(tuning_mod._Objective, "score", flaky)
     with pytest.raises(KeyboardInterrupt):
         run(_tuned(trials=4, methods=methods, sampler=sampler), out_dir=cut,
             progress=False, plots=False, device="cpu")
-    monkeypatch.setattr(tuning_mod._Objective, "__call__", real)
+    monkeypatch.setattr(tuning_mod._Objective, "score", real)
     run(_tuned(trials=4, methods=methods, sampler=sampler), out_dir=cut,
         progress=False, plots=False, device="cpu")
     assert _tuning(cut) == _tuning(straight)

@@ -51,7 +51,8 @@ signature (the style of selbench 0.1).
 :class:`DifferentiableRecalibrator`  h with a live torch module a scheme can train with g
 :class:`SelectionLoss`        l(ĝ, h) over a batch (named by a method's ``loss``)
 :class:`CoverageLoss`         λ·L_cov(ĝ, β) (named by a method's ``coverage``)
-:class:`Scheme`               how h and g are fitted (``fit``, ``fit_many``)
+:class:`Scheme`               how h and g are fitted (``fit``, ``fit_many``; several
+                              configurations at once: ``fit_configurations``)
 ============================  ===================================================================
 
 The torch modules these return follow :class:`RecalibratorModule` and, where the prediction
@@ -541,6 +542,11 @@ class CoverageLoss(PluginBase, abc.ABC):
     """A coverage term λ·L_cov(β) that keeps ĝ from rejecting everything; like
     :class:`SelectionLoss`, written for any leading (replica) dimensions."""
 
+    #: Parameters that ``__call__`` also takes as a tensor ``[R]``, one value per leading
+    #: (replica) index: the training schemes then make one call for replicas whose coverage
+    #: losses differ in these only (the λ of tuning trials) instead of one per value.
+    replica_params: ClassVar[tuple[str, ...]] = ()
+
     @abc.abstractmethod
     def __call__(self, g: torch.Tensor, beta: float | torch.Tensor) -> torch.Tensor:
         """The loss ``[...]``, weight included, for soft selections ``g [..., B]`` and target
@@ -552,7 +558,9 @@ class FitJob:
     """One replica for :meth:`Scheme.fit_many`: the arguments of one :meth:`Scheme.fit` call.
 
     The selector and recalibrator are fitted in place, as by ``fit``; each job has its own
-    (they are never shared between jobs).
+    (they are never shared between jobs). ``outputs`` may be shared: the runner passes the
+    same rows object to every job (and every method) of one seed, so a plugin must read
+    its arrays, never write into them.
     """
 
     outputs: ModelOutputs
@@ -628,6 +636,43 @@ class Scheme(PluginBase, abc.ABC):
                 context=job.context,
             )
         return self
+
+    @classmethod
+    def fit_configurations(cls, pairs: Sequence[tuple[Scheme, FitJob]]) -> None:
+        """Fit every job with its own scheme: ``pairs`` of (a scheme of this class, a job),
+        the schemes' parameters free to differ (the trials of a tuned method: a learning
+        rate and a number of epochs per trial, say).
+
+        The core calls it on the schemes' class where one call fits several configurations
+        (:mod:`selbench.execution.tuning` fits a batch of trials so). Afterwards each job's
+        selector and recalibrator must be exactly as ``scheme.fit_many([job])`` leaves them
+        (to float tolerance), and each scheme's learned state (attributes ending in ``_``)
+        that of fitting its jobs. The default groups the pairs by equal parameters
+        (``get_params(deep=False)``, in order of first appearance) and calls the first
+        scheme's :meth:`fit_many` once per group with the group's jobs, the group's other
+        schemes receiving a copy of its learned state, so a scheme that overrides nothing
+        keeps working; a scheme that can fit different configurations together overrides
+        it (the built-in training schemes train every trial of one architecture as one
+        model, each replica with its own learning rate, epochs and input noise).
+        """
+        import copy
+
+        groups: list[tuple[Scheme, list[Scheme], list[FitJob]]] = []
+        for scheme, job in pairs:
+            for first, schemes, jobs in groups:
+                if type(first) is type(scheme) and \
+                        first.get_params(deep=False) == scheme.get_params(deep=False):
+                    schemes.append(scheme)
+                    jobs.append(job)
+                    break
+            else:
+                groups.append((scheme, [scheme], [job]))
+        for first, schemes, jobs in groups:
+            first.fit_many(jobs)
+            learned = {k: v for k, v in vars(first).items() if k.endswith("_")}
+            for other in schemes[1:]:
+                if other is not first:
+                    vars(other).update(copy.deepcopy(learned))
 
 
 #: The base class(es) a factory of each kind builds: a registered factory class must

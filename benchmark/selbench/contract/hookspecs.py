@@ -67,7 +67,11 @@ types are those of :mod:`selbench.contract.api`; ``FitContext`` carries the seed
    — and, ``joint``, a :class:`~selbench.contract.api.DifferentiableRecalibrator`'s ``module`` —
    on ``loss(ĝ, ĥ, correct, ...) + coverage(ĝ, β)`` (``sequential``, ``selection``,
    ``joint``), all jobs of a method as one model with the training engine
-   (:mod:`selbench.training.engine`: any module, ``[R, B]`` losses).
+   (:mod:`selbench.training.engine`: any module, ``[R, B]`` losses). A tuned method (an
+   experiment's ``tuning``) fits each batch of trials with one
+   ``type(scheme).fit_configurations([(scheme, job), ...])`` call, a scheme per trial with
+   its own parameters (the default calls ``fit_many`` once per group of equal ones; the
+   training schemes train the trials as one model, a learning rate, epochs and noise each).
 4. *Score* the cell's evaluation rows (the evaluation split, less the fitting rows when both
    splits are the same, optionally a fixed ``n_eval`` subsample):
    ``confidence = recalibrator.confidence(eval)`` (float64 ``[N]`` in [0, 1]),

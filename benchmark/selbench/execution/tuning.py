@@ -10,8 +10,21 @@ Trials live in an Optuna journal file per (experiment, method, seed) under the r
 everything that decides its trials except their number (:func:`study_name`): a rerun after a
 kill continues the study, a larger ``trials`` extends it, and an edited plugin, spec or
 search space starts a new one. Each trial's sampler is seeded from the cell's seed, the
-method's key and the number of trials completed so far (trials left running by a killed run
-are ignored), so a resumed study samples what an uninterrupted one would have.
+method's key and the trial's index (0, 1, ...), as in a study run one trial at a time.
+
+Trials run in batches (:func:`trial_batches`, fixed edges: 0, 10, 15, 20, ... with TPE):
+a batch's trials are asked (Optuna's ask and tell, of an in-memory study holding the
+journal's trials before the batch), their estimators fitted on the inner rows together —
+one :meth:`~selbench.contract.api.Scheme.fit_configurations` call, which the training
+schemes run as one model, each trial a replica with its own learning rate, epochs and
+noise — then each scored and written to the journal, complete or failed. Random-search
+trials and TPE's random start (its first :data:`STARTUP`) are therefore exactly those of
+the one-at-a-time study; a later TPE trial learns from the batches before its own only.
+Whatever the journal holds of a batch, its other trials are asked from the trials before
+it, so a study resumed after a kill, or extended to more trials, asks what the
+uninterrupted study asked. A batch that fails to fit is fitted again one trial at a time,
+as before, so a failing trial fails (with the error the one-at-a-time study raised) after
+the trials before it are written.
 """
 
 from __future__ import annotations
@@ -31,16 +44,32 @@ import numpy as np
 from selbench.contract.data import ModelOutputs
 from selbench.contract.search import Tune
 from selbench.execution.codeid import code_digest
-from selbench.measure.metrics import METRICS
+from selbench.execution.guard import fit_guarded
+from selbench.measure.evaluate import score
+from selbench.measure.metrics import METRICS, selective_metrics
 from selbench.spec import ExperimentSpec, MethodSpec, ResolvedSpec, content_hash
 from selbench.spec.model import TuningSpec
 from selbench.spec.search import method_space
 
-__all__ = ["TuningError", "inner_split", "study_name", "tune_cell", "tuning_components",
-           "with_params"]
+__all__ = ["TuningError", "inner_split", "study_name", "trial_batches", "tune_cell",
+           "tuning_components", "with_params"]
 
-#: Trials that ended without a finite objective (a failed fit scores this, the worst value).
+#: Trials that ended without a finite objective score this, the worst value.
 WORST = float("inf")
+#: TPE's random start (``TPESampler(n_startup_trials=...)``, Optuna's default pinned): its
+#: first trials are sampled at random whatever came before them, so they are one batch.
+STARTUP = 10
+#: TPE trials fitted together after the random start: a batch is sampled from the trials of
+#: the batches before it only. Measured on the tuned digits experiment, 20 trials, 5 seeds,
+#: best held-out ECE₁ (mean) and CPU seconds of the tuning for batches of 1 (the sequential
+#: study) / 2 / 5 / 10, and random search: S-TLBCE joint .0046 / .0054 / .0050 / .0058 /
+#: .0061 in 5.4 / 3.2 / 2.2 / 1.9 / 1.8 s; S-MMCE seq. .0114 / .0139 / .0114 / .0135 / .0128
+#: in 4.6 / 4.1 / 2.9 / 2.4 / 3.1 s: batches of 5 keep TPE's gain over random search, 10 lose it.
+BATCH = 5
+#: random-search trials fitted together (independent of each other: only memory bounds it)
+RANDOM_BATCH = 20
+#: the user attribute holding a trial's index (0, 1, ...: the order of the sequential study)
+INDEX = "selbench_index"
 
 
 class TuningError(ValueError):
@@ -100,8 +129,10 @@ def _sampler(kind: str, seed: int):
 
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    # no constant liar: trials a killed run left RUNNING must not steer the next ones
-    return optuna.samplers.TPESampler(seed=seed, constant_liar=False)
+    # no constant liar: the running trials of the batch being asked never steer each other
+    # (a batch is sampled from the batches before it, resumed or not)
+    return optuna.samplers.TPESampler(seed=seed, constant_liar=False,
+                                      n_startup_trials=STARTUP)
 
 
 def _storage(journal: Path):
@@ -140,8 +171,41 @@ def _configured(params: dict[str, Any], space: dict[str, Tune]) -> dict[str, Any
     return out
 
 
+def trial_batches(trials: int, sampler: str) -> list[range]:
+    """The trials fitted together, by index: with ``tpe`` its random start (the first
+    :data:`STARTUP`, sampled whatever came before them) is one batch, then batches of
+    :data:`BATCH`, each sampled from every trial of the batches before it; with ``random``
+    (no trial depends on another) batches of :data:`RANDOM_BATCH`. The last is cut at
+    ``trials``."""
+    if sampler == "random":
+        edges = list(range(0, trials, RANDOM_BATCH))
+    else:
+        edges = [0, *range(STARTUP, trials, BATCH)][: 1 if trials <= STARTUP else None]
+    return [range(a, b) for a, b in zip(edges, [*edges[1:], trials]) if a < trials]
+
+
+def _fit_together(estimators: list[Any], outputs: ModelOutputs) -> None:
+    """Fit unfitted estimators on ``outputs`` as :meth:`SelectiveRecalibrator.fit` would,
+    their schemes' jobs fitted by one
+    :meth:`~selbench.contract.api.Scheme.fit_configurations` call per scheme class (the
+    training schemes train every trial of one architecture as one model)."""
+    builts = [est._build() for est in estimators]
+    by_class: dict[type, list[int]] = {}
+    for i, built in enumerate(builts):
+        by_class.setdefault(type(built.scheme), []).append(i)
+    names = (builts[0].names.get("recalibrator", "the recalibrator"),
+             builts[0].names.get("selector", "the selector"))
+    for cls, members in by_class.items():
+        pairs = [(builts[i].scheme, builts[i].job(outputs)) for i in members]
+        fit_guarded(lambda cls=cls, pairs=pairs: cls.fit_configurations(pairs),
+                    [(job.recalibrator, job.selector) for _, job in pairs], names)
+    for est, built in zip(estimators, builts):
+        est._adopt(built, outputs)
+
+
 class _Objective:
-    """One trial: fit on the inner rows, score the objective on the held-out rows."""
+    """The trials of one cell: fit a batch of them on the inner rows, score each on the
+    held-out rows."""
 
     def __init__(self, make: Callable[[dict[str, Any]], Any], space: dict[str, Tune],
                  inner: ModelOutputs, held: ModelOutputs, objective: str, beta: float,
@@ -150,32 +214,124 @@ class _Objective:
         self.objective, self.beta, self.run = objective, beta, run
         self.sign = 1.0 if METRICS[objective].lower_is_better else -1.0
 
-    def __call__(self, trial: Any) -> float:
-        chosen = {path: _suggest(trial, path, tune) for path, tune in self.space.items()}
-        est = self.make(chosen)
-        self.run("tuning (fitting a trial on the inner rows)", lambda: est.fit(self.inner))
-        metrics = self.run("tuning (scoring a trial on the held-out rows)",
-                           lambda: est.evaluate(self.held, betas=[self.beta]))
-        value = float(metrics[self.objective][0])
-        return value if math.isfinite(value) else self.sign * WORST
+    def fit(self, chosen: list[dict[str, Any]]) -> tuple[list[Any], BaseException | None]:
+        """The fitted estimators of the trials ``chosen``, fitted together; when that fails,
+        fitted one by one as the sequential procedure did, up to the first that fails
+        (returned with its error, which the caller raises after telling the others)."""
+        if len(chosen) > 1:
+            estimators = [self.make(c) for c in chosen]
+            try:
+                self.run("tuning (fitting a batch of trials on the inner rows)",
+                         lambda: _fit_together(estimators, self.inner))
+                return estimators, None
+            except (KeyboardInterrupt, GeneratorExit):
+                raise
+            except BaseException:  # some trial fails: fitted one by one below, to tell which
+                pass
+        fitted = []
+        for c in chosen:
+            est = self.make(c)
+            try:
+                self.run("tuning (fitting a trial on the inner rows)",
+                         lambda est=est: est.fit(self.inner))
+            except (KeyboardInterrupt, GeneratorExit):
+                raise
+            except BaseException as exc:
+                return fitted, exc
+            fitted.append(est)
+        return fitted, None
+
+    def score(self, est: Any) -> float:
+        """The objective of a fitted trial on the held-out rows at the cell's β: from the
+        selective metrics alone (a fraction of a millisecond) when it is one of them, else
+        from :meth:`~selbench.SelectiveRecalibrator.evaluate` (every metric). The value
+        :meth:`evaluate` gives either way."""
+        def value() -> float:
+            names = (est.names_["recalibrator"], est.names_["selector"])
+            arrays = score(self.held, est.recalibrator_, est.selector_, names)
+            selects = bool(getattr(est.selector_, "selects", True))
+            metrics = selective_metrics(arrays["score"], arrays["confidence"],
+                                        arrays["correct"], [self.beta if selects else 1.0],
+                                        seed=int(est.seed))
+            if self.objective not in metrics:
+                metrics = est.evaluate(self.held, betas=[self.beta])
+            return float(metrics[self.objective][0])
+
+        v = self.run("tuning (scoring a trial on the held-out rows)", value)
+        return v if math.isfinite(v) else self.sign * WORST
+
+
+def _complete(study: Any) -> list[Any]:
+    """The study's complete trials, by index."""
+    import optuna
+
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    return sorted(done, key=lambda t: t.user_attrs[INDEX])
+
+
+def _ask(asking: Any, objective: _Objective, sampler: str, seed: int, index: int,
+         fixed: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Trial ``index`` asked of the in-memory study ``asking``: its sampler seeded by the
+    cell's seed and the index (``fixed`` values set), its parameters suggested at once."""
+    import optuna
+
+    base = _sampler(sampler, _seed(seed, index))
+    asking.sampler = optuna.samplers.PartialFixedSampler(fixed, base) if fixed else base
+    trial = asking.ask()
+    chosen = {path: _suggest(trial, path, tune) for path, tune in objective.space.items()}
+    return trial, chosen
+
+
+def _record(study: Any, trial: Any, index: int, value: float | None) -> None:
+    """Write one trial to the journal's study: complete with ``value``, or failed (None)."""
+    import optuna
+
+    state = optuna.trial.TrialState.COMPLETE if value is not None else \
+        optuna.trial.TrialState.FAIL
+    study.add_trial(optuna.trial.create_trial(
+        params=trial.params, distributions=trial.distributions, value=value, state=state,
+        user_attrs={INDEX: index}))
+
+
+def _run_batch(study: Any, objective: _Objective, batch: range, todo: range, sampler: str,
+               seed: int, configured: dict[str, Any]) -> None:
+    """Run the trials ``todo`` of ``batch`` (all of it, or its end after a kill): ask them
+    of an in-memory study holding the journal's trials before the batch (what each of the
+    batch's trials is sampled from, however much of the batch the journal has), fit them
+    together, score each and write it to the journal. A trial that fails is written failed
+    (and those after it, which the one-at-a-time study never reached), its error raised."""
+    import optuna
+
+    asking = optuna.create_study(direction=study.direction)
+    asking.add_trials([t for t in _complete(study) if t.user_attrs[INDEX] < batch.start])
+    asked = [_ask(asking, objective, sampler, seed, k, configured if k == 0 else {})
+             for k in todo]
+    fitted, error = objective.fit([chosen for _, chosen in asked])
+    values = []
+    try:
+        for est in fitted:
+            values.append(objective.score(est))
+    except (KeyboardInterrupt, GeneratorExit):
+        raise
+    except BaseException as exc:
+        error = exc
+    for k, (trial, _), value in zip(todo, asked, values + [None] * len(asked)):
+        _record(study, trial, k, value)
+    if error is not None:
+        raise error
 
 
 def _run_trials(study: Any, objective: _Objective, trials: int, sampler: str, seed: int,
                 configured: dict[str, Any]) -> list[Any]:
-    """Complete ``trials`` trials of ``study`` (those already complete count); the first
-    ``trials`` complete ones."""
-    import optuna
-
-    complete = optuna.trial.TrialState.COMPLETE
+    """Complete ``trials`` trials of ``study`` (those already complete count), batch by
+    batch (:func:`trial_batches`); the first ``trials`` complete ones, by index."""
     while True:
-        done = study.get_trials(deepcopy=False, states=(complete,))
+        done = _complete(study)
         if len(done) >= trials:
-            return sorted(done, key=lambda t: t.number)[:trials]
-        study.sampler = _sampler(sampler, _seed(seed, len(done)))
-        waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
-        if not done and not waiting and configured:
-            study.enqueue_trial(configured)
-        study.optimize(objective, n_trials=1)
+            return done[:trials]
+        batch = next(b for b in trial_batches(trials, sampler) if len(done) in b)
+        _run_batch(study, objective, batch, range(len(done), batch.stop), sampler, seed,
+                   configured)
 
 
 # kept whole: the procedure reads top to bottom (split, study, trials, best)

@@ -27,6 +27,13 @@ a method at once. Any ``torch.nn.Module`` can be a replica:
   the same batch, which a module class that declares ``stacks_lanes`` receives once per
   lane (:func:`lane_order`; the hand-stacked MLP selector then runs one wide first-layer
   GEMM per lane, measured as fast as the old engine's "streams", ``perf/README.md``).
+* Replicas may differ in learning rate, number of epochs and input noise (the trials of a
+  tuned method, :mod:`selbench.execution.tuning`): they train with
+  :class:`~selbench.training.hyper.ReplicaAdam` (Adam with each replica's rate) for the
+  largest number of epochs, a replica frozen (rate 0: its parameters stay exactly those
+  after its own last epoch) from then on, each replica's noise draw scaled by its own std;
+  its batch order and draws of its own epochs are those of its solo training. Equal values
+  are the usual training (the fused Adam), unchanged.
 * On a GPU the step (gathers, forward, backward, Adam) is captured in a CUDA graph per
   batch length and replayed (:class:`_GraphedSteps`): a step of a few small replicas is
   bound by the host launching its ~60 kernels, and one replay launches them all (measured
@@ -55,8 +62,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from selbench.training.hyper import noise_scale, replica_optimizer
 from selbench.training.torchutils import (
-    batched_adam,
     batched_threads,
     cpu_threads,
     epoch_permutations,
@@ -370,7 +377,7 @@ def _step_functions(
     r_count: int,
     lane_tables: Sequence[str],
     noise: Sequence[tuple[str | None, int]],
-    noise_std: float,
+    noise_std: float | torch.Tensor,
     noise_gens: list[torch.Generator],
     step_loss: Callable[[dict[str, torch.Tensor]], torch.Tensor],
     optimizer: Any,
@@ -378,9 +385,14 @@ def _step_functions(
 ) -> tuple[Callable[..., None], Callable[[int], list[torch.Tensor | None]]]:
     """The eager training step ``step(rows, lane_rows, draws, b)`` (gather the batch, add
     the input noise, one backward of the summed losses, one Adam step: what a CUDA graph
-    captures) and ``draw_noise(b)``, the step's noise draws in their eager order."""
+    captures) and ``draw_noise(b)``, the step's noise draws in their eager order.
+    ``noise_std`` is one std, or one per replica (``[R, 1, 1]``: each replica's draw scaled
+    by its own, the lane tables' by their lane's)."""
     lane, lane_of_lane = lanes.lane, lanes.lane_of_lane
     lane_count = len(lanes.first)
+    lane_std = noise_std
+    if isinstance(noise_std, torch.Tensor) and lanes.first:
+        lane_std = noise_std.index_select(0, torch.tensor(lanes.first, device=device))
 
     def gather(rows: torch.Tensor, lane_rows: torch.Tensor | None,
                draws: Sequence[torch.Tensor | None], b: int) -> dict[str, torch.Tensor]:
@@ -393,7 +405,8 @@ def _step_functions(
         for (name, _), draw in zip(noise, draws):
             if name is not None and draw is not None:
                 draw = draw.index_select(0, lane_of_lane if name in lane_tables else lane)
-                batch[name] = batch[name] + noise_std * draw.to(batch[name].dtype)
+                std = lane_std if name in lane_tables else noise_std
+                batch[name] = batch[name] + std * draw.to(batch[name].dtype)
         return batch
 
     def step(rows: torch.Tensor, lane_rows: torch.Tensor | None,
@@ -414,13 +427,16 @@ def _step_functions(
 
 def _run_epochs(perms: Iterator[torch.Tensor], epoch_iter: Any, lanes: _Lanes, n: int,
                 bs: int, graphs: _GraphedSteps | None, step: Callable[..., None],
-                draw_noise: Callable[[int], list[torch.Tensor | None]]) -> None:
+                draw_noise: Callable[[int], list[torch.Tensor | None]],
+                on_epoch: Callable[[int], None] | None = None) -> None:
     """The epoch loop: every epoch's rows in mini-batches of ``bs``, each step replayed
     through ``graphs`` when it can be, else run eagerly (the inner loop calls nothing
-    but the step)."""
+    but the step); ``on_epoch(e)`` is called before epoch ``e`` (0, 1, ...)."""
     lane, offsets = lanes.lane, lanes.offsets
     lane_of_lane, offsets_lane, lane_first = lanes.lane_of_lane, lanes.offsets_lane, lanes.first
-    for _, perm in zip(epoch_iter, perms):
+    for epoch, perm in zip(epoch_iter, perms):
+        if on_epoch is not None:
+            on_epoch(epoch)
         rows_all = perm.index_select(0, lane) + offsets  # [R, n]
         rows_lane = perm.index_select(0, lane_of_lane) + offsets_lane if lane_first else None
         for start in range(0, n, bs):
@@ -433,6 +449,7 @@ def _run_epochs(perms: Iterator[torch.Tensor], epoch_iter: Any, lanes: _Lanes, n
                  draw_noise(stop - start), stop - start)
 
 
+# kept whole: the engine's one entry point, its arguments' contract and setup top to bottom
 def train_replicas(
     *,
     modules: Sequence[torch.nn.Module],
@@ -440,15 +457,16 @@ def train_replicas(
     source: Sequence[int],
     seeds: Sequence[int],
     step_loss: Callable[[dict[str, torch.Tensor]], torch.Tensor],
-    epochs: int,
+    epochs: int | Sequence[int],
     batch_size: int,
-    lr: float,
+    lr: float | Sequence[float],
     weight_decay: float,
     device: Any,
-    noise_std: float = 0.0,
+    noise_std: float | Sequence[float] = 0.0,
     noise: Sequence[tuple[str | None, int]] = (),
     lane_tables: Sequence[str] = (),
     desc: str | None = None,
+    owners: Sequence[torch.Tensor] | None = None,
 ) -> None:
     """Train the stacked ``modules`` (already on ``device``) in place.
 
@@ -460,6 +478,11 @@ def train_replicas(
     read), from a generator seeded by ``seeds[r] + 1``. ``step_loss(batch)`` receives the
     batch ``{name: [R, B, ...]}`` and returns the per-replica losses ``[R]`` (or their
     sum), summed for one backward pass; one Adam (``lr``, ``weight_decay``) updates all parameters.
+
+    ``epochs``, ``lr`` and ``noise_std`` are one value or one per replica (see the module
+    docstring); ``owners`` then gives, for each parameter of ``modules`` in order, the
+    replica of each element (:func:`~selbench.training.hyper.replica_owners`; None: the
+    leading dimension).
 
     The tables named in ``lane_tables`` come once per lane instead, ``[L, B, ...]``: the
     replicas must then be in lanes of equal size, consecutive, as :func:`lane_order`
@@ -475,8 +498,12 @@ def train_replicas(
     device = torch.device(device)
     distinct = list(dict.fromkeys(int(s) for s in seeds))
     lanes = _lanes(source, seeds, distinct, n, device, lane_tables)
-    optimizer = batched_adam([p for m in modules for p in m.parameters()], lr, weight_decay)
-    shuffles, noise_gens = _generators(distinct, device, noise_std > 0 and bool(noise))
+    optimizer, epochs, on_epoch = replica_optimizer(
+        [p for m in modules for p in m.parameters()], r_count, lr, epochs, weight_decay,
+        lanes=bool(lane_tables), owners=owners)
+    noise_std = noise_scale(noise_std, r_count, device, lanes.first)
+    noisy = isinstance(noise_std, torch.Tensor) or noise_std > 0
+    shuffles, noise_gens = _generators(distinct, device, noisy and bool(noise))
     epoch_iter = _epoch_progress(epochs, desc)
     # one replica trains with one thread: its matmuls are too small to gain from more (see
     # cpu_threads); R replicas' batched matmuls are large enough that all threads pay
@@ -490,7 +517,8 @@ def train_replicas(
     graphs = _GraphedSteps.create(device, modules, optimizer, step, noise, noise_gens)
     with cpu_threads(device, threads), (graphs.stream() if graphs else nullcontext()):
         perms = epoch_permutations(shuffles, n, int(epochs), device)
-        _run_epochs(perms, epoch_iter, lanes, n, int(batch_size), graphs, step, draw_noise)
+        _run_epochs(perms, epoch_iter, lanes, n, int(batch_size), graphs, step, draw_noise,
+                    on_epoch)
     for m in modules:
         m.eval()
 

@@ -28,6 +28,9 @@ class QuadraticCoverage(CoverageLoss):
     ) -> None:
         self.lam = lam
 
+    #: λ may be a tensor [R] (one per replica): the same products, one call for all
+    replica_params = ("lam",)
+
     def __call__(self, g: torch.Tensor, beta: float | torch.Tensor) -> torch.Tensor:
         return self.lam * (beta - g.mean(-1)) ** 2
 
@@ -47,6 +50,9 @@ class LogCoverage(CoverageLoss):
             Tune.log_uniform(1e-3, 1.0)] = 1e-2,
     ) -> None:
         self.lam = lam
+
+    #: λ may be a tensor [R] (one per replica): the same products, one call for all
+    replica_params = ("lam",)
 
     def __call__(self, g: torch.Tensor, beta: float | torch.Tensor) -> torch.Tensor:
         return self.lam * (-torch.log(g.clamp(1e-8, 1.0))).mean(-1)

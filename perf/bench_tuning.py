@@ -1,0 +1,206 @@
+"""Tuning at the cost of training: a trained method's tuning trials against one untuned fit.
+
+On the digits experiment of ``specs/tuned.yaml`` (dataset ``digits`` + backbone
+``digits-net``, fitting split ``val``, ``n_fit`` 500, training β 0.5) for one trained method
+with the spec's search space (learning rate, epochs {50, 100, 200, 400}, input noise,
+coverage λ):
+
+* untuned fit: the method's estimator fitted on the cell's 500 fitting rows (best of
+  ``--repeats``);
+* tuning: :func:`selbench.execution.tuning.tune_cell` as the runner calls it (``--trials``
+  trials, inner 0.3, ``--sampler``, a new journal), each trial fitted on 350 rows and scored
+  on 150: selbench's batched trials (a batch's trials trained as one model, one replica per
+  trial) — and, in a subprocess, the previous sequential procedure (one ``fit`` and one
+  ``evaluate`` per trial) of an older checkout given by ``--old`` (a ``git worktree`` of
+  a863274, the commit before the batched trials), in the same run.
+
+It prints each path's ratio tuning / untuned fit against the target (≤ 5× on a CPU, ≤ 1.5×
+on a GPU), and checks that the trials that do not depend on the batches (random search,
+and TPE's random start) have the previous procedure's parameters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import best_of, machine, resolve_device, rule, target
+
+REPO = Path(__file__).resolve().parents[1]
+SPEC = REPO / "specs" / "tuned.yaml"
+EXPERIMENT = "digits-shift"
+#: the targets of issue 28, item 3: tuning trials / one untuned fit
+TARGET = {"cpu": 5.0, "cuda": 1.5}
+
+
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+def measure(method: str, trials: int, seed: int, sampler: str, device: str, repeats: int,
+            cache: str, threads: int = 0) -> dict:
+    """One untuned fit and one tuning of ``method`` with the selbench on ``sys.path``
+    (wall and process CPU seconds; ``threads``: torch's, 0 for its default)."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    from selbench.execution.extraction import experiment_outputs
+    from selbench.execution.keys import identify, method_params
+    from selbench.execution.tuning import tune_cell, with_params
+    from selbench.library.estimator import SelectiveRecalibrator
+    from selbench.measure.evaluate import fit_indices
+    from selbench.spec import load_spec
+    from selbench.spec.search import method_space
+    from selbench.store.cache import OutputCache
+
+    resolved = load_spec(SPEC)
+    e_i = next(i for i, e in enumerate(resolved.spec.experiments) if e.name == EXPERIMENT)
+    exp = resolved.spec.experiments[e_i]
+    store = OutputCache(cache)
+    outputs = experiment_outputs(resolved, e_i, identify(resolved, store), store, device, False)
+    spec_method = next(m for m in exp.methods if m.label == method)
+    params = method_params(resolved, spec_method)
+    fit_all = outputs[exp.fit_split]
+    fitting = fit_all.subset(fit_indices(len(fit_all), exp.n_fit, seed, "n_fit"))
+    beta = float(exp.train_beta)
+
+    def make(chosen: dict) -> SelectiveRecalibrator:
+        return SelectiveRecalibrator(**with_params(params, chosen), beta=beta, seed=seed,
+                                     device=device)
+
+    make({}).fit(fitting)  # warm-up (first-call costs)
+    c0 = time.process_time()
+    untuned, _ = best_of(lambda: make({}).fit(fitting), repeats)
+    untuned_cpu = (time.process_time() - c0) / repeats
+    tuning = exp.tuning.model_copy(update={"trials": trials, "sampler": sampler})
+    with tempfile.TemporaryDirectory() as tmp:
+        load_before = load()
+        t0, c0 = time.perf_counter(), time.process_time()
+        info = tune_cell(params=params, space=method_space(resolved.registry, spec_method),
+                         tuning=tuning, fitting=fitting, make=make, seed=seed,
+                         method_key=method, beta=beta, journal=Path(tmp) / "seed.journal",
+                         study="bench")
+        tune, tune_cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"untuned_s": untuned, "tune_s": tune, "untuned_cpu": untuned_cpu,
+            "tune_cpu": tune_cpu, "history": info["history"],
+            "load": [load_before, load()], "threads": torch.get_num_threads()}
+
+
+def old_path(args: argparse.Namespace) -> dict | None:
+    """:func:`measure` with the checkout ``--old`` in a subprocess (None without one)."""
+    old = Path(args.old) if args.old else None
+    if old is None or not (old / "benchmark" / "selbench").is_dir():
+        print(f"previous procedure: no checkout at {args.old!r} (git worktree add "
+              "/tmp/old_a863274 a863274); not measured")
+        return None
+    env = dict(os.environ, PYTHONPATH=f"{old / 'benchmark'}{os.pathsep}{old / 'plugins'}")
+    cmd = [sys.executable, __file__, "--worker", "--method", args.method, "--trials",
+           str(args.trials), "--seed", str(args.seed), "--sampler", args.sampler, "--device",
+           args.device, "--repeats", str(args.repeats), "--cache", args.cache, "--threads",
+           str(args.threads)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def batches_of(trials: int, sampler: str) -> str:
+    from selbench.execution.tuning import trial_batches
+
+    return " ".join(f"[{b.start},{b.stop})" for b in trial_batches(trials, sampler))
+
+
+def compare(new: dict, old: dict, sampler: str) -> str:
+    """Which trials have the previous procedure's parameters, and how far their values
+    are from it."""
+    from selbench.execution.tuning import STARTUP
+
+    same = [a["params"] == b["params"] for a, b in zip(new["history"], old["history"])]
+    fixed = len(same) if sampler == "random" else min(STARTUP, len(same))
+    diffs = [abs(a["value"] - b["value"]) for a, b, s in
+             zip(new["history"], old["history"], same) if s]
+    ok = all(same[:fixed])
+    worst = max(diffs) if diffs else 0.0
+    return (f"trials 0-{fixed - 1} ({'random search' if sampler == 'random' else 'TPE start'})"
+            f": parameters {'identical' if ok else 'DIFFER'} to the previous procedure's, "
+            f"objective within {worst:.1e}; {sum(same)} of {len(same)} trials identical")
+
+
+def main(argv: list[str] | None = None) -> list[str]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--method", default="S-TLBCE joint", help="a trained method's label in "
+                    "specs/tuned.yaml (S-TLBCE seq., S-TLBCE joint, S-MMCE seq., S-MMCE joint)")
+    ap.add_argument("--trials", type=int, default=20)
+    ap.add_argument("--sampler", default="tpe", choices=["tpe", "random"])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--full", action="store_true", help="every trained method of the spec")
+    ap.add_argument("--repeats", type=int, default=3, help="untuned fits (the best counts)")
+    ap.add_argument("--old", default="/tmp/old_a863274",
+                    help="checkout of the previous (sequential) procedure; '' to skip it")
+    ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "selbench-bench-cache"),
+                    help="backbone-output cache (the digits outputs, ~4 s to make once)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads (0: its default); 1 is the least sensitive to other "
+                         "processes on a shared machine")
+    ap.add_argument("--batch", type=int, help="TPE trials fitted together after its random "
+                    "start (default: selbench.execution.tuning.BATCH)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    args.device = str(resolve_device(args.device))
+    if args.batch:
+        from selbench.execution import tuning
+
+        tuning.BATCH = args.batch
+    if args.worker:  # one measurement, as JSON, for the parent process
+        print(json.dumps(measure(args.method, args.trials, args.seed, args.sampler,
+                                 args.device, args.repeats, args.cache, args.threads)))
+        return []
+    methods = (["S-TLBCE seq.", "S-TLBCE joint", "S-MMCE seq.", "S-MMCE joint"] if args.full
+               else [args.method])
+    lines: list[str] = []
+    for method in methods:
+        args.method = method
+        lines += run_one(args)
+    return lines
+
+
+def run_one(args: argparse.Namespace) -> list[str]:
+    """Measure one method (selbench, then the previous procedure); print and return the
+    target line."""
+    rule(f"tuning {args.method}: {args.trials} trials ({args.sampler}) vs one untuned fit")
+    print(machine(args.device))
+    print(f"{EXPERIMENT} of specs/tuned.yaml, seed {args.seed}: untuned fit on 500 rows; "
+          f"trials fitted on 350, scored on 150; batches {batches_of(args.trials, args.sampler)}")
+    new = measure(args.method, args.trials, args.seed, args.sampler, args.device,
+                  args.repeats, args.cache, args.threads)
+    old = old_path(args)
+    rows = [("selbench (batched trials)", new)] + ([("previous (one trial at a time)", old)]
+                                                    if old else [])
+    print(f"{'':32s} {'untuned s':>10s} {'tuning s':>9s} {'ratio':>7s}   {'CPU s: untuned':>15s}"
+          f" {'tuning':>7s} {'ratio':>6s}  load (1 min)")
+    for name, r in rows:
+        print(f"{name:32s} {r['untuned_s']:10.3f} {r['tune_s']:9.2f} "
+              f"{r['tune_s'] / r['untuned_s']:6.1f}x   {r['untuned_cpu']:15.3f} "
+              f"{r['tune_cpu']:7.2f} {r['tune_cpu'] / r['untuned_cpu']:5.1f}x  "
+              f"{r['load'][0]:.1f} -> {r['load'][1]:.1f}")
+    if old:
+        print(f"speed-up of the tuning: {old['tune_s'] / new['tune_s']:.1f}x; "
+              + compare(new, old, args.sampler))
+    best = min(h["value"] for h in new["history"])
+    print(f"best held-out objective: selbench {best:.4f}"
+          + (f", previous {min(h['value'] for h in old['history']):.4f}" if old else ""))
+    kind = "cuda" if args.device.startswith("cuda") else "cpu"
+    ratio = new["tune_s"] / new["untuned_s"]
+    return [target(f"tuning {args.method} on {kind.upper()}", ratio <= TARGET[kind],
+                   f"{args.trials} trials {ratio:.1f}x one untuned fit (target <= "
+                   f"{TARGET[kind]:g}x)")]
+
+
+if __name__ == "__main__":
+    main()
