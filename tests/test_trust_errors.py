@@ -152,12 +152,36 @@ def _read_only_below(monkeypatch, root: Path) -> None:
     monkeypatch.setattr(os, "replace", replace)
 
 
+class _FullFile:
+    """A file opened for writing on a full disk: every write fails with ENOSPC and no file
+    name, as write(2) reports it (the file itself opens: it exists already)."""
+
+    def __init__(self, fh):
+        self._fh = fh
+
+    def write(self, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def __getattr__(self, name):
+        return getattr(self._fh, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._fh.close()
+        return False
+
+
 def _full_below(monkeypatch, root: Path) -> None:
-    """The disk below ``root`` is full: flushing a file written there fails with ENOSPC and
-    no file name, as write(2)/fsync(2) report it."""
+    """The disk below ``root`` is full: writing or flushing a file there fails with ENOSPC
+    and no file name, as write(2)/fsync(2) report it (files sealed by a checksum are written
+    without fsync, so the write itself must fail)."""
     if not Path("/proc/self/fd").is_dir():
         pytest.skip("needs /proc/self/fd to tell which file is being written")
-    real_fsync = os.fsync
+    import builtins
+
+    real_fsync, real_open = os.fsync, builtins.open
 
     def fsync(fd):
         try:
@@ -168,7 +192,15 @@ def _full_below(monkeypatch, root: Path) -> None:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real_fsync(fd)
 
+    def full_open(file, mode="r", *args, **kwargs):
+        fh = real_open(file, mode, *args, **kwargs)
+        if isinstance(file, (str, os.PathLike)) and any(c in mode for c in "wax+") \
+                and _under(os.fspath(file), root):
+            return _FullFile(fh)
+        return fh
+
     monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(builtins, "open", full_open)
 
 
 def test_read_only_results_dir_exits_1_without_tmp_files(spec_path, tmp_path, monkeypatch,
