@@ -73,6 +73,11 @@ ENCODED_FILE = "encoded_output.npz"
 N_CORRUPTIONS, N_INTENSITIES = 15, 5
 
 
+#: the files hashed by content in the folder's digest (the folder, or the experiment's folder)
+_DIGESTED = tuple(f"{d}{name}" for d in ("", "test_results/")
+                  for name in (*OUTPUT_FILES, ENCODED_FILE))
+
+
 class MissingFDShiftsOutputs(DataError, FileNotFoundError):
     """The folder has no outputs file (a :class:`DataError`, and a ``FileNotFoundError``)."""
 
@@ -112,7 +117,7 @@ class FDShifts(Dataset):
 
     def __init__(
         self,
-        folder: Annotated[InputDir(metadata=(*OUTPUT_FILES, ENCODED_FILE)), Field(
+        folder: Annotated[InputDir(metadata=_DIGESTED), Field(
             description="the experiment's test_results folder (or the experiment folder "
             "holding test_results/): raw_logits.npz or raw_output.npz",
         )],
