@@ -267,6 +267,11 @@ DECLARED = {
     },
     ("dataset", "digits"): {},
     ("dataset", "theory-mixture"): {},
+    ("dataset", "calarena"): {"folder": ("dir", ("*-experiments.csv",), True)},
+    ("dataset", "fd-shifts"): {"folder": ("dir", (
+        "raw_logits.npz", "raw_output.npz", "encoded_output.npz",
+        "test_results/raw_logits.npz", "test_results/raw_output.npz",
+        "test_results/encoded_output.npz"), True)},
     ("backbone", "resnet34"): {"weights_file": ("file", (), True)},
     ("backbone", "wilds-densenet121"): {"checkpoint": ("file", (), True)},
     ("backbone", "wilds-resnet50"): {"checkpoint": ("file", (), True)},
