@@ -292,3 +292,55 @@ def test_a_run_answers_its_questions_and_shows_its_cost(asked_run, monkeypatch):
     assert "questions" not in board["summary"]
     assert "## Cost" not in (out / "leaderboard.md").read_text()
     assert not [ln for ln in render_csv(board).splitlines() if ",fit_seconds," in ln]
+
+
+# --------------------------------------------------------------------------- Elo
+def test_bradley_terry_elo_by_hand_and_against_sklearn():
+    from selbench.measure.elo import bradley_terry, elo
+    from sklearn.linear_model import LogisticRegression
+
+    # a beats b 3 times out of 4: odds 3, so 400 · log10(3) = 190.85 Elo points apart
+    two = elo([[0, 3], [1, 0]], ridge=0.0)
+    assert two[0] - two[1] == pytest.approx(400 * math.log10(3), abs=1e-4)
+    assert two.mean() == pytest.approx(1000.0)
+    # random matches among 5 methods with ties: the maximum-likelihood fit of a logistic
+    # regression on +1/-1 indicators (a tie: half a win each way), as Chatbot Arena's
+    rng = np.random.default_rng(0)
+    k, strength = 5, rng.normal(0, 1, 5)
+    wins, x, y, sw = np.zeros((k, k)), [], [], []
+    for _ in range(400):
+        a, b = rng.choice(k, 2, replace=False)
+        u, p = rng.uniform(), 1 / (1 + math.exp(strength[b] - strength[a]))
+        o = 1.0 if u < 0.9 * p else 0.5 if u < 0.9 * p + 0.1 else 0.0
+        wins[a, b] += o
+        wins[b, a] += 1 - o
+        row = np.zeros(k)
+        row[a], row[b] = 1, -1
+        for label, weight in ((1, o), (0, 1 - o)):
+            if weight:
+                x.append(row)
+                y.append(label)
+                sw.append(weight)
+    ref = LogisticRegression(C=np.inf, fit_intercept=False, tol=1e-12, max_iter=10_000).fit(
+        np.array(x), np.array(y), sample_weight=np.array(sw)).coef_[0]
+    np.testing.assert_allclose(bradley_terry(wins, ridge=0.0), ref - ref.mean(), atol=1e-6)
+    # a clean sweep stays finite with the ridge
+    sweep = np.array([[0, 4, 4], [0, 0, 2], [0, 2, 0]], dtype=float)
+    assert np.isfinite(elo(sweep)).all() and elo(sweep)[0] > 1500
+
+
+def test_win_rates_carry_elo_with_a_bootstrap_interval():
+    from selbench.measure.elo import elo
+    from selbench.reporting.ranking import win_rates
+
+    per = [{"A": {0: 0.1, 1: 0.1}, "B": {0: 0.2, 1: 0.05}, "C": {0: 0.3, 1: 0.3}},
+           {"A": {0: 0.1, 1: 0.2}, "B": {0: 0.2, 1: 0.1}, "C": {0: 0.3, 1: 0.3}},
+           {"A": {0: 0.4, 1: 0.1}, "B": {0: 0.2, 1: 0.2}, "C": {0: 0.1, 1: 0.3}}]
+    got = win_rates(per, ["A", "B", "C"], lower_is_better=True, resamples=50)
+    # the matches: the row method's wins summed over the 6 (experiment, seed) pairs
+    wins = np.array([[0, 3, 5], [3, 0, 5], [1, 1, 0]], dtype=float)
+    point = elo(wins)
+    assert [got["elo"][m]["rating"] for m in "ABC"] == pytest.approx(list(point))
+    assert got["elo_resamples"] == 50
+    for m in "ABC":
+        assert got["elo"][m]["low"] <= got["elo"][m]["rating"] <= got["elo"][m]["high"]
