@@ -209,7 +209,7 @@ def test_answers_on_hand_made_tables():
     md = "\n".join(Q.markdown(ans))
     assert "### Pre-registered questions" in md and "ROPE ±0.005" in md
     assert "| joint vs best recal | J   | T (best of group) | 7   |" in md
-    assert "b = T, the best average rank within the group (H 2.00, T 1.00)" in md
+    assert "b = T, the best average rank within the group (H 2.00, T 1.00; a tie" in md
     assert "Not entering: e7 (no H)." in md
 
 

@@ -42,7 +42,8 @@ SEED = 0
 DECISIVE = 0.95
 
 BEST_OF_NOTE = ("best_of: the member of the group with the best average rank within the group "
-                "over the experiments the question enters, chosen once on the same data; this "
+                "over the experiments the question enters (a tie: the first listed), chosen "
+                "once on the same data; this "
                 "favours b, so the comparison is conservative for 'a better' and liberal for "
                 "'b better'")
 
@@ -226,9 +227,9 @@ def markdown(answers: Mapping[str, Any] | None, note: str | None = None) -> list
                      f"- {_md(p['name'])}: no experiment holds both methods.")
         if p["best_of"] and p["best_of_average_rank"]:
             ranks = ", ".join(f"{_md(m)} {r:.2f}" for m, r in p["best_of_average_rank"].items())
-            lines.append(f"  b = {_md(p['b'])}, the best average rank within the group ({ranks}), "
-                         "chosen on the same data: this favours b, so the comparison is "
-                         "conservative for 'a better'.")
+            lines.append(f"  b = {_md(p['b'])}, the best average rank within the group ({ranks}; "
+                         "a tie: the first listed), chosen on the same data: this favours b, so "
+                         "the comparison is conservative for 'a better'.")
         if p["left_out"]:
             lines.append("  Not entering: " + "; ".join(
                 f"{_md(n)} ({_md(w)})" for n, w in p["left_out"].items()) + ".")

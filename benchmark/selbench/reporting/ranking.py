@@ -31,7 +31,10 @@ For each metric (:func:`summarize_metric`):
   B, the fraction of (experiment, seed) pairs on which A's value is better than B's (ties
   count ½), over the seeds every ranked method has in that experiment; with a percentile
   bootstrap interval (:data:`RESAMPLES` resamples, level :data:`LEVEL`, seeded with
-  :data:`SEED`) that resamples the experiments, then the seeds within each drawn experiment.
+  :data:`SEED`) that resamples the experiments, then the seeds within each drawn experiment;
+  beside them each method's **Elo rating** (CalArena's: the Bradley–Terry fit of the same
+  pairwise outcomes on the Elo scale, :mod:`selbench.measure.elo`), with a percentile
+  interval from refitting on the first :data:`ELO_RESAMPLES` of those resamples.
 
 The summary is a JSON-ready dict (``leaderboard.json``'s ``summary``); :func:`markdown_section`
 renders the leaderboard's "Across experiments" section, and :func:`diagram` gives what a
