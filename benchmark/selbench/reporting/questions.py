@@ -20,7 +20,16 @@ b's means over the seeds both have. On these pairs (:mod:`selbench.measure.paire
   P(b better), seeded with :data:`SEED`.
 
 The answers go into ``leaderboard.json`` under ``summary.questions`` (:func:`answer`) and the
-Markdown's "Across experiments" section (:func:`markdown`).
+Markdown's "Across experiments" section (:func:`markdown`). ``summary.questions`` holds
+``metric``, ``label``, ``lower_is_better``, ``rope``, ``alpha``, ``statistics`` (what each
+number is, in words) and ``pairs``: per question ``name``, ``a``, ``b`` (the label compared:
+for ``best_of`` the member chosen), ``best_of`` (the group, or null) and
+``best_of_average_rank``, ``experiments`` (those entering) and ``left_out`` (experiment ->
+why not), ``n``, ``a_means`` / ``b_means`` (experiment -> mean over the common seeds),
+``median_difference`` (of a − b), ``wilcoxon`` (``p_value``, ``statistic``, ``n_nonzero``,
+``min_p``, ...), ``p_holm``, ``bayesian`` (``p_a_better``, ``p_equal``, ``p_b_better``,
+``rope``, ``nsamples``, ``seed``) and ``verdict`` (one line in words). Where the combined
+results folders' specs ask different questions, ``summary.questions_note`` says so instead.
 """
 
 from __future__ import annotations
