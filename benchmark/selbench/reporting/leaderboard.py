@@ -37,8 +37,8 @@ experiment's outputs have neither. A spec with a ``questions:`` block gets its a
 ``fit_seconds`` CSV rows (:mod:`selbench.reporting.cost`).
 
 The Markdown holds no dates or timings (unless the spec sets ``cost: true``), so an
-interrupted-and-resumed run renders it byte for byte like an uninterrupted one; the JSON carries the full provenance (dates, versions, device,
-timings).
+interrupted-and-resumed run renders it byte for byte like an uninterrupted one; the JSON
+carries the full provenance (dates, versions, device, timings).
 """
 
 from __future__ import annotations
