@@ -200,6 +200,13 @@ def test_cli_html_site_links_each_folder(tiny_run, tmp_path, capsys):
     assert "--html" in capsys.readouterr().err and not (tmp_path / "s2").exists()
 
 
+def test_plot_redraws_the_page(tiny_run, tmp_path):
+    shutil.copytree(tiny_run, tmp_path / "a")
+    (tmp_path / "a" / PAGE).unlink()
+    assert main(["plot", str(tmp_path / "a")]) == 0  # figures up to date: none redrawn
+    assert (tmp_path / "a" / PAGE).read_text() == (tiny_run / PAGE).read_text()
+
+
 def test_index_opens_offline(browser, tiny_run, tmp_path):
     shutil.copytree(tiny_run, tmp_path / "a")
     assert main(["leaderboard", str(tmp_path / "a"), "--html", str(tmp_path / "site"), "-q"]) == 0
@@ -278,7 +285,8 @@ def test_extra_keys_are_shown_and_a_method_everywhere(browser, tmp_path):
     folder = REPO / "leaderboards" / "tuned"
     tables = copy.deepcopy(json.loads((folder / "leaderboard.json").read_text()))
     exps = tables["experiments"]
-    exps[0]["rows"][0]["failed"] = "RuntimeError: a method that failed"
+    exps[0]["rows"].insert(0, {"method": "Broken", "metrics": {},
+                               "failed": "RuntimeError: a method that failed"})
     exps[0]["rows"][1]["metrics"].pop("ece1")
     tables["summary"]["questions"] = [{"question": "Does joint training beat sequential?",
                                        "answer": "not shown", "p": 0.25}]
@@ -288,6 +296,7 @@ def test_extra_keys_are_shown_and_a_method_everywhere(browser, tmp_path):
     _ok(dom)
     assert "Does joint training beat sequential?" in text
     assert "a method that failed" in text
+    assert [m for m, _, _ in dom.tables[0]["rows"]] == [r["method"] for r in exps[0]["rows"]]
     assert dom.panel_rows == [e["name"] for e in exps]
     selected = [m for t in dom.tables for m, _, sel in t["rows"] if sel]
     assert selected == [method] * len(exps)

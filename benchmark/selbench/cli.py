@@ -115,6 +115,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     folders = sorted({str(p.parent) for p in paths})
     print(f"wrote {len(paths)} figure file(s) in " + ", ".join(folders), file=sys.stderr)
+    out = args.out or args.results_dir[0]
+    if (out / "leaderboard.json").is_file():  # the page shows the figures: redraw it too
+        from selbench.reporting.html import write_page
+
+        print(f"wrote {write_page(out)}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -55,7 +55,6 @@ _ROW_KEYS = {"method", "metrics", "curves", "extra_metrics", "seeds", "timing"}
 _EXP_KEYS = {"name", "report", "betas", "train_beta", "dataset", "backbone", "fit_split",
              "eval_split", "n_fit", "coverage_guarantee", "risk_guarantee", "tuning",
              "shared_fit_rows", "metrics", "bootstrap_level", "rows"}
-_NUM = re.compile(r"(\d\.\d\d)\d+")
 
 
 def _asset(name: str) -> str:
@@ -177,7 +176,8 @@ def _notes(exp: Mapping[str, Any]) -> list[str]:
 
 def _experiment(exp: Mapping[str, Any], parts: Mapping, root: Path) -> dict[str, Any]:
     rows = exp.get("rows") or []
-    points = list(next(iter((rows[0].get("metrics") or {}).values()), {})) if rows else []
+    points = list(dict.fromkeys(p for r in rows for per in (r.get("metrics") or {}).values()
+                                for p in (per or {})))
     return {
         "name": exp.get("name"),
         "report": exp.get("report"),
@@ -194,12 +194,11 @@ def _experiment(exp: Mapping[str, Any], parts: Mapping, root: Path) -> dict[str,
 
 
 def _svg_uri(path: Path) -> str:
-    """A figure the run drew as a ``data:`` URI, its metadata dropped and its coordinates cut
-    to two decimals (a hundredth of a point)."""
+    """A figure the run drew as a ``data:`` URI, its metadata and line breaks dropped."""
     text = path.read_text(encoding="utf-8")
     text = text[text.find("<svg"):]
     text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
-    text = re.sub(r"\s*\n\s*", " ", _NUM.sub(r"\1", text)).replace("> <", "><")
+    text = re.sub(r"\s*\n\s*", " ", text).replace("> <", "><")
     return "data:image/svg+xml," + text.replace("%", "%25").replace("#", "%23")
 
 

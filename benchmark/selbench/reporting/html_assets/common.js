@@ -36,7 +36,6 @@ function fill(node, attrs, children) {
 function fmt(x, digits) {
   if (x === null || x === undefined || (typeof x === "number" && !isFinite(x))) return "–";
   if (typeof x !== "number") return String(x);
-  if (Number.isInteger(x)) return String(x);
   return x.toFixed(digits === undefined ? 3 : digits);
 }
 

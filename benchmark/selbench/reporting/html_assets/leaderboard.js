@@ -68,11 +68,12 @@ runPage(function (D) {
   }
 
   function cell(key, st, level) {
-    var text = !st || st[F.mean] === null ? "–" : fmt(st[F.mean]) + (st[F.n] > 1 && st[F.std] !== null ? " ± " + fmt(st[F.std]) : "");
+    var text = !st || st[F.mean] === null ? "–" : fmt(st[F.mean]);
+    var sd = st && st[F.mean] !== null && st[F.n] > 1 && st[F.std] !== null ? el("span", {class: "sd", text: " ± " + fmt(st[F.std])}) : null;
     var iv = st && st[F.ci_low] !== null ? "[" + fmt(st[F.ci_low]) + ", " + fmt(st[F.ci_high]) + "]" :
       st && st[F.boot_low] !== null ? "[" + fmt(st[F.boot_low]) + ", " + fmt(st[F.boot_high]) + "]" : "";
     return el("td", {class: "num" + (st && st[F.best] ? " best" : ""), "data-metric": key, title: cellTitle(key, st, level)},
-      [st && st[F.best] ? el("strong", {text: text}) : text, iv ? el("span", {class: "iv", text: iv}) : null]);
+      [st && st[F.best] ? el("strong", {}, [text, sd]) : el("span", {}, [text, sd]), iv ? el("span", {class: "iv", text: iv}) : null]);
   }
 
   function methodCell(row) {
@@ -80,7 +81,7 @@ runPage(function (D) {
     var tip = PARTS.map(function (p) { return p + ": " + (row[p] || "–"); }).join("\n") +
       (row.loss ? "\nloss: " + row.loss : "") + "\nseeds: " + row.seeds.join(", ");
     var tuned = row.tuned ? el("span", {class: "badge", title: tunedText(row.tuned), text: "tuned"}) : null;
-    var extra = Object.keys(row.extra || {}).length ? el("span", {class: "badge warn", title: JSON.stringify(row.extra), text: "note"}) : null;
+    var extra = Object.keys(row.extra || {}).length ? el("span", {class: "badge warn", title: JSON.stringify(row.extra, null, 1), text: Object.keys(row.extra).join(", ")}) : null;
     return el("th", {scope: "row", class: "method"}, [
       el("button", {type: "button", class: "linkish", title: tip + "\n(click: this method in every experiment)",
         onclick: function () { select(row.method); }, text: row.method}), " ", tuned, extra,
@@ -170,7 +171,7 @@ runPage(function (D) {
   }
 
   function drawChart(t) {
-    var exp = t.exp, key = chartMetric(exp, t.chartSelect.value), W = 420, H = 260, L = 48, R = 10, T = 10, B = 34;
+    var exp = t.exp, key = chartMetric(exp, t.chartSelect.value), W = 360, H = 250, L = 50, R = 10, T = 10, B = 36;
     t.chartBox.textContent = "";
     if (!key || exp.betas.length < 2) { t.chartBox.appendChild(el("p", {class: "muted", text: "No curve over β to draw."})); return; }
     t.chartSelect.value = key;
@@ -190,7 +191,7 @@ runPage(function (D) {
       var v = lo + k * (hi - lo) / 4, bv = b0 + k * (b1 - b0) / 4;
       g.push(sv("line", {x1: L, x2: W - R, y1: y(v), y2: y(v), class: "grid"}));
       g.push(sv("text", {x: L - 4, y: y(v) + 3, "text-anchor": "end", class: "tick"}, [fmtNum(Number(v.toPrecision(3)))]));
-      g.push(sv("text", {x: x(bv), y: H - B + 14, "text-anchor": "middle", class: "tick"}, [fmtNum(Number(bv.toPrecision(3)))]));
+      g.push(sv("text", {x: x(bv), y: H - B + 15, "text-anchor": "middle", class: "tick"}, [fmtNum(Number(bv.toPrecision(3)))]));
     }
     g.push(sv("text", {x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle", class: "axis"}, ["coverage β"]));
     var dashes = ["", "6 3", "2 2", "6 2 2 2"], pal = D.palette;
@@ -290,7 +291,7 @@ runPage(function (D) {
 
   function summarySection(S) {
     var sec = el("section", {class: "summary", "aria-labelledby": "h-summary"}, [
-      el("h2", {id: "h-summary", text: "Across experiments (" + S.experiments.length + ")"}),
+      el("h2", {id: "h-summary", text: "Across experiments (" + (S.experiments || []).length + ")"}),
       el("p", {class: "note", text: "Ranks within each experiment (1 = best), their average; Friedman and Nemenyi tests at α = " + S.alpha +
         "; win rates over (experiment, seed) pairs with bootstrap intervals. " + Object.keys(S.statistics || {}).map(function (k) { return k + ": " + S.statistics[k]; }).join(" · ")})]);
     Object.keys(S.metrics || {}).forEach(function (key) { sec.appendChild(summaryMetric(key, S.metrics[key], S)); });
@@ -313,7 +314,7 @@ runPage(function (D) {
     var m = D.metrics[key] || {label: e.label, help: e.label};
     var wr = e.win_rate || {}, avg = e.average_rank || {};
     var methods = (e.methods || []).slice().sort(function (a, b) { return avg[a] - avg[b] || (a < b ? -1 : 1); });
-    var exps = S.experiments;
+    var exps = S.experiments || [];
     var body = methods.map(function (name) {
       var ov = (wr.overall || {})[name];
       var tr = el("tr", {"data-method": name}, [el("th", {scope: "row", class: "method"}, [el("button", {type: "button", class: "linkish",
