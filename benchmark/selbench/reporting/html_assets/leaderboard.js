@@ -171,7 +171,7 @@ runPage(function (D) {
   }
 
   function drawChart(t) {
-    var exp = t.exp, key = chartMetric(exp, t.chartSelect.value), W = 360, H = 250, L = 50, R = 10, T = 10, B = 36;
+    var exp = t.exp, key = chartMetric(exp, t.chartSelect.value), W = 360, H = 250, L = 50, R = 18, T = 10, B = 36;
     t.chartBox.textContent = "";
     if (!key || exp.betas.length < 2) { t.chartBox.appendChild(el("p", {class: "muted", text: "No curve over β to draw."})); return; }
     t.chartSelect.value = key;
