@@ -58,7 +58,8 @@ def load(browser: str, page: Path, fragment: str = "", *extra: str) -> str:
         done = subprocess.run(
             [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--disable-default-apps", "--mute-audio", f"--user-data-dir={profile}",
+             "--disable-default-apps", "--mute-audio", "--disable-dev-shm-usage",
+             f"--user-data-dir={profile}",
              "--virtual-time-budget=5000", *extra, "--dump-dom",
              page.resolve().as_uri() + (("#" + fragment) if fragment else "")],
             capture_output=True, text=True, timeout=120, check=False)
@@ -254,6 +255,7 @@ def test_default_direction_is_best_first(browser, quickstart):
     means = _means(REPO / "leaderboards" / "quickstart", "accuracy")
     assert dom.shown()[0] == max(means, key=lambda m: means[m])
     assert dom.tables[0]["heads"]["accuracy"]["sort"] == "descending"
+    assert dom.body["data-view"] == "sort=accuracy&dir=desc"  # the fragment says it all now
 
 
 def test_filter_leaves_only_the_joint_methods(browser, quickstart):

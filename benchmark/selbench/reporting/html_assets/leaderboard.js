@@ -24,9 +24,11 @@ runPage(function (D) {
     ["sort", "dir", "filter"].concat(PARTS, ["method", "beta"]).forEach(function (k) { if (state[k]) q.set(k, state[k]); });
     if (state.iv) q.set("iv", "1");
     var hash = q.toString();
-    if (hash === location.hash.replace(/^#/, "")) return;
-    try { history.replaceState(null, "", hash ? "#" + hash : location.pathname + location.search); }
-    catch (e) { location.hash = hash; }
+    if (hash !== location.hash.replace(/^#/, "")) {
+      try { history.replaceState(null, "", hash ? "#" + hash : location.pathname + location.search); }
+      catch (e) { location.hash = hash; }
+    }
+    document.body.setAttribute("data-view", location.hash.replace(/^#/, ""));  // the URL's view now
   }
 
   function defaultDir(key) {
