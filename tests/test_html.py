@@ -4,8 +4,10 @@ The pages are rendered from the committed leaderboards' ``leaderboard.json`` (an
 beside them) by the code under test, then loaded in headless Chromium (Debian's
 ``chromium-headless-shell``; ``.ci/run`` installs it) with ``--dump-dom``, which prints the
 DOM after the page's script ran: sorting, filtering, the URL fragment, hover texts, script
-errors and fetches are read from it. Without a browser these tests skip with one line, unless
-``SELBENCH_REQUIRE_BROWSER`` is set (CI), where they fail.
+errors and fetches are read from it; one page is driven over the DevTools protocol (clicks,
+keys, typing) to check that the view and the URL follow a user's actions. Without a browser
+these tests skip with one line, unless ``SELBENCH_REQUIRE_BROWSER`` is set (CI), where they
+fail.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import quote
@@ -65,6 +69,73 @@ def load(browser: str, page: Path, fragment: str = "", *extra: str) -> str:
             capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
+
+
+class Browser:
+    """A page in headless Chromium driven over the DevTools protocol (``--remote-debugging-pipe``:
+    commands on fd 3, replies on fd 4, each a JSON message ending in NUL): clicks and keys
+    as a user gives them, then what the page shows."""
+
+    def __init__(self, binary: str, url: str):
+        self.profile = tempfile.TemporaryDirectory(ignore_cleanup_errors=True)
+        cmd_r, self._cmd = os.pipe()
+        self._reply, reply_w = os.pipe()
+
+        def fds():
+            os.dup2(cmd_r, 3)
+            os.dup2(reply_w, 4)
+
+        self.proc = subprocess.Popen(
+            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--disable-dev-shm-usage", "--remote-debugging-pipe", "--window-size=1280,900",
+             f"--user-data-dir={self.profile.name}", url],
+            preexec_fn=fds, close_fds=False, start_new_session=True, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        os.close(cmd_r)
+        os.close(reply_w)
+        self._buf, self._id, self.session = b"", 0, None
+        target = next(t for t in self.send("Target.getTargets")["targetInfos"] if t["type"] == "page")
+        self.session = self.send("Target.attachToTarget", targetId=target["targetId"],
+                                 flatten=True)["sessionId"]
+        for _ in range(300):  # until the page's script finished (at most 30 s)
+            if self.eval("document.body && document.body.getAttribute('data-ready')") == "1":
+                break
+            time.sleep(0.1)
+
+    def send(self, method: str, **params):
+        self._id += 1
+        msg = {"id": self._id, "method": method, "params": params}
+        if self.session and not method.startswith("Target."):
+            msg["sessionId"] = self.session
+        os.write(self._cmd, json.dumps(msg).encode() + b"\0")
+        while True:
+            while b"\0" not in self._buf:
+                chunk = os.read(self._reply, 65536)
+                assert chunk, "the browser closed its pipe"
+                self._buf += chunk
+            raw, self._buf = self._buf.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self._id:
+                assert "error" not in reply, reply
+                return reply["result"]
+
+    def eval(self, expression: str):
+        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True)
+        assert "exceptionDetails" not in result, result
+        return result["result"].get("value")
+
+    def key(self, name: str, code: int, text: str = "") -> None:
+        for kind in ("keyDown", "keyUp"):
+            self.send("Input.dispatchKeyEvent", type=kind, key=name, code=name,
+                      windowsVirtualKeyCode=code, **({"text": text} if text and kind == "keyDown" else {}))
+
+    def close(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)  # the browser and the processes it started
+        self.proc.wait()
+        os.close(self._cmd)
+        os.close(self._reply)
+        self.profile.cleanup()
 
 
 class Dom(HTMLParser):
@@ -305,3 +376,41 @@ def test_extra_keys_are_shown_and_a_method_everywhere(browser, tmp_path):
     # tuned methods show the parameters each seed chose
     tuned = exps[0]["tuning"]["tuned"]
     assert tuned and any(t.startswith("chosen parameters by seed") for t in dom.titles)
+
+
+ROWS = ("Array.from(document.querySelectorAll('table.lb[data-experiment] tbody')[0].rows)"
+        ".filter(r => !r.hidden).map(r => r.dataset.method)")
+
+
+def test_clicks_and_keys_change_the_view_and_the_fragment(browser, quickstart):
+    """A user's clicks and keys: a header sorts (best first, then reversed) and the URL
+    fragment follows; Enter on a focused header sorts; typing filters; a method's name
+    shows its row in every experiment."""
+    means = _means(REPO / "leaderboards" / "quickstart", "ece1")
+    acc = _means(REPO / "leaderboards" / "quickstart", "accuracy")
+    page = Browser(browser, quickstart.resolve().as_uri())
+    try:
+        assert page.eval("document.body.getAttribute('data-ready')") == "1"
+        head = "document.querySelector('th[data-key=ece1] button')"
+        page.eval(head + ".click()")
+        assert page.eval("location.hash") == "#sort=ece1&dir=asc"
+        assert page.eval(ROWS) == sorted(means, key=lambda m: means[m])
+        page.eval(head + ".click()")
+        assert page.eval("location.hash") == "#sort=ece1&dir=desc"
+        assert page.eval(ROWS) == sorted(means, key=lambda m: -means[m])
+        page.eval("document.querySelector('th[data-key=accuracy] button').focus()")
+        page.key("Enter", 13, "\r")
+        assert page.eval("location.hash") == "#sort=accuracy&dir=desc"
+        assert page.eval(ROWS)[0] == max(acc, key=lambda m: acc[m])
+        assert page.eval("document.querySelector('th[data-key=accuracy]')"
+                         ".getAttribute('aria-sort')") == "descending"
+        page.eval("document.getElementById('filter').focus()")
+        page.send("Input.insertText", text="joint")
+        assert page.eval("location.hash") == "#sort=accuracy&dir=desc&filter=joint"
+        assert sorted(page.eval(ROWS)) == sorted(m for m in means if "joint" in m)
+        page.eval("document.querySelector('tr[data-method=\"S-MMCE joint\"] th button').click()")
+        assert page.eval("location.hash").endswith("&method=S-MMCE+joint")
+        assert page.eval("document.getElementById('method-panel').hidden") is False
+        assert page.eval("document.body.getAttribute('data-error')") is None
+    finally:
+        page.close()
