@@ -59,7 +59,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(md.read_text())
     print(
         f"{report.computed} cell(s) computed, {report.reused} reused; results in {report.out_dir}/ "
-        f"(leaderboard.md, .csv, .json)",
+        f"(leaderboard.md, .csv, .json, .html)",
         file=sys.stderr,
     )
     return EXIT_OK
@@ -68,10 +68,30 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from selbench.reporting.leaderboard import write_leaderboard
 
+    if args.html is not None:
+        return _leaderboard_site(args)
     paths = write_leaderboard(args.results_dir, out=args.out, allow_partial=args.allow_partial,
                               allow_mixed=args.allow_mixed)
     if not args.quiet:
         print(paths[0].read_text())
+    print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return EXIT_OK
+
+
+def _leaderboard_site(args: argparse.Namespace) -> int:
+    """``--html SITE``: each results folder's leaderboard on its own, and ``SITE/index.html``
+    linking their pages."""
+    from selbench.reporting.html import write_index
+    from selbench.reporting.leaderboard import write_leaderboard
+
+    if args.out is not None:
+        _err("--html renders each results directory on its own (in that directory) and "
+             "--out combines them into one: use one of the two")
+        return EXIT_BAD_INPUT
+    paths = [p for d in args.results_dir
+             for p in write_leaderboard(d, allow_partial=args.allow_partial,
+                                        allow_mixed=args.allow_mixed)]
+    paths.append(write_index(args.results_dir, args.html))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return EXIT_OK
 
@@ -95,6 +115,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     folders = sorted({str(p.parent) for p in paths})
     print(f"wrote {len(paths)} figure file(s) in " + ", ".join(folders), file=sys.stderr)
+    out = args.out or args.results_dir[0]
+    if (out / "leaderboard.json").is_file():  # the page shows the figures: redraw it too
+        from selbench.reporting.html import write_page
+
+        print(f"wrote {write_page(out)}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -250,6 +275,10 @@ def _add_listings(sub: argparse._SubParsersAction) -> None:
 def _add_leaderboard(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("leaderboard", help="re-render the leaderboard of a results directory")
     _add_combine_options(p, "leaderboard")
+    p.add_argument("--html", type=Path, default=None, metavar="SITE",
+                   help="render each results directory's leaderboard on its own (not "
+                        "combined) and write SITE/index.html linking their pages "
+                        "(leaderboard.html, also written without --html)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=cmd_leaderboard)
 

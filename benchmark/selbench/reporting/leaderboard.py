@@ -28,6 +28,9 @@ directories run with different specs, are refused with an error naming the spec 
 A cell *reused* by a later run is not "mixed": its content key proves it is exactly the
 computation the current spec asks for, whichever spec first computed it.
 
+**The page.** ``leaderboard.html`` (:mod:`selbench.reporting.html`) shows the same tables,
+sortable and filterable, with the figures; it opens offline from ``file://``.
+
 **Across experiments.** With two or more experiments the JSON gets a ``summary`` (average
 ranks, Friedman and Nemenyi tests, win rates with bootstrap intervals) and the Markdown an
 "Across experiments" section, both from :mod:`selbench.reporting.ranking`; a single
@@ -58,6 +61,7 @@ from selbench.measure import stats as S
 from selbench.measure.guarantee import RISK_GUARANTEE_COLUMNS
 from selbench.measure.metrics import DEFAULT_COLUMNS, auc, metric_info
 from selbench.reporting import cost, questions, ranking
+from selbench.reporting.html import write_page
 from selbench.reporting.loading import LeaderboardError, ResultSet, load_results, short_hash
 from selbench.reporting.tuned import tuning_entry, tuning_line
 from selbench.util.files import atomic_write_json, atomic_write_text
@@ -622,8 +626,10 @@ def write_leaderboard(
     allow_partial: bool = False,
     allow_mixed: bool = False,
     known: Mapping[str, Any] | None = None,
+    html: bool = True,
 ) -> list[Path]:
-    """(Re)write ``leaderboard.md``, ``.csv`` and ``.json`` from the cells of results directories.
+    """(Re)write ``leaderboard.md``, ``.csv``, ``.json`` and ``.html`` from the cells of results
+    directories.
 
     Args:
         results_dirs: one results directory, or several to combine in one table.
@@ -632,6 +638,8 @@ def write_leaderboard(
         allow_mixed: combine cells / directories of different spec hashes.
         known: the cell records (by absolute path) the caller has just written or verified:
             taken as they are instead of being read and verified again (the runner's).
+        html: also write the page (:mod:`selbench.reporting.html`), with the figures found
+            under ``out/plots`` (the runner writes it after drawing them).
     """
     dirs = [Path(results_dirs)] if isinstance(results_dirs, (str, Path)) else [Path(d) for d in results_dirs]
     if out is None:
@@ -647,4 +655,6 @@ def write_leaderboard(
     atomic_write_text(paths[0], render_markdown(tables))
     atomic_write_text(paths[1], render_csv(tables))
     atomic_write_json(paths[2], tables)
+    if html:
+        paths.append(write_page(out, tables))
     return paths
