@@ -36,6 +36,17 @@ def _precomputed_file() -> str:
     return str(path)
 
 
+def _sentences_folder() -> str:
+    """Two tiny domains of labelled sentences in the UCI release's format (removed at exit)."""
+    folder = Path(tempfile.mkdtemp(prefix="selbench-conformance-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    for name, thing in (("a.txt", "food"), ("b.txt", "phone")):
+        (folder / name).write_bytes(b"".join(
+            f'"The {thing}, for once, was {word}."\t{i % 2}\r\n'.encode()
+            for i, word in enumerate(["awful", "great"] * 10)))
+    return str(folder)
+
+
 #: (kind, name) -> params for the conformance run
 PARAMS: dict[tuple[str, str], dict] = {
     ("recalibrator", "mlp"): {"hidden": [16], "epochs": 20},
@@ -44,6 +55,9 @@ PARAMS: dict[tuple[str, str], dict] = {
     **{("scheme", name): TRAINING for name in ("selection", "sequential", "joint")},
     ("backbone", "digits-net"): {"epochs": 1, "width": 2, "feature_dim": 8},
     ("dataset", "precomputed"): {"path": _precomputed_file()},
+    ("dataset", "labelled-sentences"): {"folder": _sentences_folder(),
+                                        "files": {"a": "a.txt", "b": "b.txt"},
+                                        "source": "a", "target": "b"},
     # they read image items, which the kit does not synthesise: their checks are skipped
     ("backbone", "wilds-densenet121"): {"checkpoint": "absent.pth"},
     ("backbone", "wilds-resnet50"): {"checkpoint": "absent.pth"},
