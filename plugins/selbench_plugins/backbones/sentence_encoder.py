@@ -224,8 +224,8 @@ class SentenceEncoder(Backbone):
 
     def encoder(self, device: str) -> Any:
         """The SentenceTransformer on ``device``, loaded once per process from local files."""
-        folder = self.folder()
         st = _require_sentence_transformers()
+        folder = self.folder()
         key = (folder, str(device))
         if key not in _MODELS:
             with _quiet_loading():
@@ -239,13 +239,31 @@ class SentenceEncoder(Backbone):
         digest = hashlib.sha256("\x00".join(sentences).encode("utf-8")).hexdigest()
         key = (self.folder(), str(device), self.batch_size, len(sentences), digest)
         if key not in _ENCODED:
-            net = self.encoder(device)
-            emb = net.encode(sentences, batch_size=self.batch_size, convert_to_numpy=True,
-                             normalize_embeddings=True, show_progress_bar=progress)
+            emb = self._encode_batches(sentences, device, progress)
             if len(_ENCODED) >= _ENCODED_MAX:
                 _ENCODED.pop(next(iter(_ENCODED)))
             _ENCODED[key] = np.asarray(emb, dtype=np.float32)
         return _ENCODED[key].copy()
+
+    def _encode_batches(self, sentences: list[str], device: str, progress: bool) -> np.ndarray:
+        """Batches of ``batch_size`` sentences of similar length (longest first, as
+        sentence-transformers orders them, so that little is padded), with selbench's
+        progress output (a bar on a terminal, plain lines in a log)."""
+        from selbench.util.progress import progress_bar
+
+        net = self.encoder(device)
+        order = np.argsort([-len(s) for s in sentences], kind="stable")
+        starts = range(0, len(sentences), self.batch_size)
+        parts = []
+        for start in progress_bar(starts, desc=f"sentence-encoder [{len(sentences)} sentences]",
+                                  unit="batch", disable=not progress):
+            rows = order[start:start + self.batch_size]
+            parts.append(net.encode([sentences[i] for i in rows], batch_size=self.batch_size,
+                                    convert_to_numpy=True, normalize_embeddings=True,
+                                    show_progress_bar=False))
+        emb = np.empty((len(sentences), parts[0].shape[1]), dtype=np.float32)
+        emb[order] = np.concatenate(parts)
+        return emb
 
     # ------------------------------------------------------------------ heads
     def _linear_logits(self, dataset: Dataset, emb: np.ndarray, k: int, device: str,
