@@ -276,7 +276,7 @@ class SentenceEncoder(Backbone):
         if missing:
             raise ValueError(f"sentence-encoder: the linear head's split {self.train_split!r} "
                              f"has no example of class(es) {missing}")
-        x = self.encode(sentences, device, progress)
+        x = self.encode(sentences, device, progress).astype(np.float64)
         fingerprint = hashlib.sha256(x.tobytes() + labels.tobytes()).hexdigest()
         if getattr(self, "_fitted_on", None) != fingerprint:
             self.head_ = LogisticRegression(C=self.C, max_iter=2000).fit(x, labels)
