@@ -234,18 +234,21 @@ class SentenceEncoder(Backbone):
             _MODELS[key] = net
         return _MODELS[key]
 
-    def encode(self, sentences: list[str], device: str, progress: bool = False) -> np.ndarray:
-        """L2-normalised float32 embeddings ``[N, D]`` (remembered within the process)."""
+    def encode(self, sentences: list[str], device: str, progress: bool = False,
+               what: str = "sentences") -> np.ndarray:
+        """L2-normalised float32 embeddings ``[N, D]`` (remembered within the process);
+        ``what`` names them in the progress output."""
         digest = hashlib.sha256("\x00".join(sentences).encode("utf-8")).hexdigest()
         key = (self.folder(), str(device), self.batch_size, len(sentences), digest)
         if key not in _ENCODED:
-            emb = self._encode_batches(sentences, device, progress)
+            emb = self._encode_batches(sentences, device, progress, what)
             if len(_ENCODED) >= _ENCODED_MAX:
                 _ENCODED.pop(next(iter(_ENCODED)))
             _ENCODED[key] = np.asarray(emb, dtype=np.float32)
         return _ENCODED[key].copy()
 
-    def _encode_batches(self, sentences: list[str], device: str, progress: bool) -> np.ndarray:
+    def _encode_batches(self, sentences: list[str], device: str, progress: bool,
+                        what: str) -> np.ndarray:
         """Batches of ``batch_size`` sentences of similar length (longest first, as
         sentence-transformers orders them, so that little is padded), with selbench's
         progress output (a bar on a terminal, plain lines in a log)."""
@@ -255,7 +258,7 @@ class SentenceEncoder(Backbone):
         order = np.argsort([-len(s) for s in sentences], kind="stable")
         starts = range(0, len(sentences), self.batch_size)
         parts = []
-        for start in progress_bar(starts, desc=f"sentence-encoder [{len(sentences)} sentences]",
+        for start in progress_bar(starts, desc=f"sentence-encoder [{what}]",
                                   unit="batch", disable=not progress):
             rows = order[start:start + self.batch_size]
             parts.append(net.encode([sentences[i] for i in rows], batch_size=self.batch_size,
@@ -276,7 +279,7 @@ class SentenceEncoder(Backbone):
         if missing:
             raise ValueError(f"sentence-encoder: the linear head's split {self.train_split!r} "
                              f"has no example of class(es) {missing}")
-        x = self.encode(sentences, device, progress).astype(np.float64)
+        x = self.encode(sentences, device, progress, self.train_split).astype(np.float64)
         fingerprint = hashlib.sha256(x.tobytes() + labels.tobytes()).hexdigest()
         if getattr(self, "_fitted_on", None) != fingerprint:
             self.head_ = LogisticRegression(C=self.C, max_iter=2000).fit(x, labels)
@@ -292,7 +295,7 @@ class SentenceEncoder(Backbone):
             raise ValueError(f"sentence-encoder: prompts holds {len(self.prompts)} prompts for "
                              f"a dataset of {k} classes; give one prompt per class, in class "
                              "order")
-        text = self.encode(list(self.prompts), device)
+        text = self.encode(list(self.prompts), device, what="prompts")
         cosine = emb.astype(np.float64) @ text.astype(np.float64).T
         return self.scale * cosine, {"prompts": list(self.prompts), "scale": self.scale}
 
@@ -304,7 +307,7 @@ class SentenceEncoder(Backbone):
             raise ValueError(f"sentence-encoder: dataset {type(dataset).__name__} declares "
                              f"num_classes={k}; at least 2 are needed")
         device = str(context.device)
-        emb = self.encode(sentences, device, context.progress)
+        emb = self.encode(sentences, device, context.progress, split)
         if self.head == "linear":
             logits, info = self._linear_logits(dataset, emb, k, device, context.progress)
         else:
