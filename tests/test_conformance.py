@@ -66,6 +66,17 @@ def _calarena_folder() -> str:
     return str(folder)
 
 
+def _sentences_folder() -> str:
+    """Two tiny domains of labelled sentences in the UCI release's format (removed at exit)."""
+    folder = Path(tempfile.mkdtemp(prefix="selbench-conformance-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    for name, thing in (("a.txt", "food"), ("b.txt", "phone")):
+        (folder / name).write_bytes(b"".join(
+            f'"The {thing}, for once, was {word}."\t{i % 2}\r\n'.encode()
+            for i, word in enumerate(["awful", "great"] * 10)))
+    return str(folder)
+
+
 #: (kind, name) -> params for the conformance run
 PARAMS: dict[tuple[str, str], dict] = {
     ("recalibrator", "mlp"): {"hidden": [16], "epochs": 20},
@@ -77,6 +88,9 @@ PARAMS: dict[tuple[str, str], dict] = {
     ("dataset", "fd-shifts"): {"folder": _fdshifts_folder()},
     ("dataset", "calarena"): {"folder": _calarena_folder(), "benchmark": "cv-multiclass",
                               "dataset": "c10", "model": "m"},
+    ("dataset", "labelled-sentences"): {"folder": _sentences_folder(),
+                                        "files": {"a": "a.txt", "b": "b.txt"},
+                                        "source": "a", "target": "b"},
     # they read image items, which the kit does not synthesise: their checks are skipped
     ("backbone", "wilds-densenet121"): {"checkpoint": "absent.pth"},
     ("backbone", "wilds-resnet50"): {"checkpoint": "absent.pth"},

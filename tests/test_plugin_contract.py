@@ -53,6 +53,7 @@ REQUIRED = {("dataset", "precomputed"): {"path": "outputs.npz"},
                                       "benchmark": "cv-multiclass", "dataset": "c10",
                                       "model": "densenet40"},
             ("dataset", "fd-shifts"): {"folder": "test_results"},
+            ("dataset", "labelled-sentences"): {"folder": "sentiment"},
             ("backbone", "wilds-densenet121"): {"checkpoint": "best_model.pth"},
             ("backbone", "wilds-resnet50"): {"checkpoint": "best_model.pth"}}
 

@@ -763,6 +763,36 @@ def test_shardable_backbones_must_honour_rows():
         check()
 
 
+def test_text_backbones_are_checked_on_synthetic_sentences():
+    """The kit synthesises ``text`` inputs (binary reviews); an ``extract`` that needs an
+    optional package that is not installed skips the checks with the reason."""
+    from selbench import Backbone, FitContext
+    from selbench.contract.data import ModelOutputs
+
+    class Counts(Backbone):  # features: characters and words; logits from "awful" / "a"
+        input_kinds = frozenset({"text"})
+
+        def extract(self, dataset, split, context: FitContext):
+            data = dataset.split(split)
+            x = np.array([[len(s), len(s.split())] for s in data.inputs], dtype=np.float32)
+            bad = np.array([("awful" in s) + ("dreadful" in s) for s in data.inputs], float)
+            return ModelOutputs(features=x, logits=np.stack([bad, -bad], 1),
+                                labels=data.labels, domain=data.domain)
+
+    class NotInstalled(Counts):
+        def extract(self, dataset, split, context):
+            raise ModuleNotFoundError("needs 'sentence-transformers'; pip install it")
+
+    check_plugin("backbone", Counts, checks=["check_backbone_extract",
+                                             "check_backbone_is_deterministic"])
+    with pytest.warns(ConformanceWarning) as record:
+        check_plugin("backbone", NotInstalled, checks=["check_backbone_extract"])
+    assert [str(w.message) for w in record] == [
+        "backbone NotInstalled: check_backbone_extract: skipped: extract(dataset, 'train', "
+        "context) needs what is not installed: ModuleNotFoundError: needs "
+        "'sentence-transformers'; pip install it"]
+
+
 def test_base_class_and_construction():
     class Plain:
         def fit(self, outputs, context):

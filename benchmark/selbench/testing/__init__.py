@@ -53,8 +53,9 @@ checks that apply to a plugin):
   determinism, unknown split names. Checks of a dataset whose files are absent (it raises
   ``FileNotFoundError``, as documented) are skipped.
 * **backbone**: ``extract`` on a tiny synthetic dataset of an input kind it declares
-  (``vectors`` or ``image-array``; other kinds are skipped) returns matching ``ModelOutputs``,
-  deterministically; a backbone declaring ``shardable`` returns, for row ranges of a split,
+  (``vectors``, ``image-array`` or ``text``; other kinds are skipped, and so are checks
+  whose ``extract`` needs an optional package that is not installed) returns matching
+  ``ModelOutputs``, deterministically; a backbone declaring ``shardable`` returns, for row ranges of a split,
   exactly those rows of the whole split with the whole split's ``meta``.
 
 The data are tiny and deterministic: plugins are fitted on ``make_outputs(120, 3, 6,
