@@ -238,12 +238,23 @@ def _add_validate(sub: argparse._SubParsersAction) -> None:
 
 def _add_listings(sub: argparse._SubParsersAction) -> None:
     """``plugins`` and ``metrics``: what is installed and registered."""
-    p = sub.add_parser("plugins", help="list plugins with their summaries and parameters")
+    p = sub.add_parser(
+        "plugins", help="list plugins with their summaries and parameters",
+        description="List every installed plugin (the built-ins and third-party packages "
+                    "registered under the `selbench` entry point), by kind: its name, summary, "
+                    "reference and providing package, then each parameter with its type, "
+                    "default, tuning space and description, as a spec's `params:` takes them.")
     p.add_argument("kind", nargs="?", choices=["dataset", "backbone", "selector", "recalibrator",
-                                               "loss", "scheme"])
+                                               "loss", "scheme"],
+                   help="list only this kind (default: all six)")
     p.set_defaults(func=cmd_plugins)
 
-    p = sub.add_parser("metrics", help="list the registered metrics (leaderboard columns)")
+    p = sub.add_parser(
+        "metrics", help="list the registered metrics (leaderboard columns)",
+        description="List every metric of the registry (selbench.metrics.METRICS): its key "
+                    "(what a spec's `metrics: [...]` names), label, kind (per coverage β or of "
+                    "the selector's ranking), whether lower or higher is better, what it "
+                    "needs, and a one-line definition; the first line names the default columns.")
     p.set_defaults(func=cmd_metrics)
 
 
