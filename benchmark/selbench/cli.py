@@ -1,4 +1,4 @@
-"""``selbench`` command line: run, validate, plugins, metrics, leaderboard, plot.
+"""``selbench`` command line: run, validate, plugins, metrics, leaderboard, plot, rank.
 
 Exit codes: 0 success, 1 a run failed (a plugin or the data misbehaved), 2 bad input
 (malformed spec, unknown plugin, bad arguments).
@@ -73,6 +73,27 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(paths[0].read_text())
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_rank(args: argparse.Namespace) -> int:
+    from selbench.reporting.rankfolders import (
+        RankingInputError,
+        rank_folders,
+        render_ranking,
+        write_ranking,
+    )
+
+    try:
+        summary = rank_folders(args.results_dir, allow_partial=args.allow_partial,
+                               metrics=args.metric)
+    except RankingInputError as exc:
+        _err(str(exc))
+        return EXIT_BAD_INPUT
+    print(render_ranking(summary), end="")
+    if args.out is not None:
+        paths = write_ranking(summary, args.out)
+        print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return EXIT_OK
 
 
@@ -177,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_leaderboard(sub)
     _add_compare(sub)
     _add_plot(sub)
+    _add_rank(sub)
     return parser
 
 
@@ -292,6 +314,29 @@ def _add_plot(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", nargs="+", default=["png", "svg"], metavar="FMT",
                    help="file formats (default: png svg)")
     p.set_defaults(func=cmd_plot)
+
+
+def _add_rank(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "rank", help="rank the methods over every experiment of any results folders",
+        description="Average ranks, the Friedman test, Nemenyi's critical difference and win "
+                    "rates of the methods over every experiment of the results folders given "
+                    "(any specs: methods are matched by label; a same-named experiment or "
+                    "same-labelled method whose configuration differs between folders is kept "
+                    "apart as 'name (folder)', with a warning), printed as Markdown: the "
+                    "'Across experiments' section `selbench leaderboard DIR... --allow-mixed` "
+                    "writes. The diagrams: `selbench plot DIR... --allow-mixed --out DIR`.")
+    p.add_argument("results_dir", type=Path, nargs="+",
+                   help="results directories written by `selbench run` (two or more "
+                        "experiments in all)")
+    p.add_argument("--metric", nargs="+", metavar="KEY", default=None,
+                   help="rank only by these metrics (default: every metric with a direction "
+                        "that every experiment shows)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="also write ranking.md and ranking.json into this folder")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="rank the finished cells when some are missing")
+    p.set_defaults(func=cmd_rank)
 
 
 def _bad_input_types() -> tuple[type[BaseException], ...]:

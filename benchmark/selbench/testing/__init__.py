@@ -288,17 +288,7 @@ def check_plugin(kind: str, plugin: Any, params: Mapping[str, Any] | None = None
                                  f"{reasons[name]}")
     selected = [c for c in found
                 if (wanted is None or c.name in wanted or c._spec is None) and c.name not in skip]
-    failures: list[ConformanceError] = []
-    skipped = 0
-    for check in selected:
-        try:
-            check()
-        except ConformanceError as exc:
-            failures.append(exc)
-        except CheckSkipped as exc:
-            skipped += 1
-            warnings.warn(ConformanceWarning(f"{check.plugin}: {check.name}: skipped: {exc}"),
-                          stacklevel=2)
+    failures, skipped = _run_checks(selected)
     if not failures and not quiet and selected:
         print(_passed_line(selected[0].plugin, len(selected) - skipped, skipped))
     if len(failures) == 1:
@@ -309,6 +299,23 @@ def check_plugin(kind: str, plugin: Any, params: Mapping[str, Any] | None = None
         raise ConformanceError(
             plugin_label, None,
             f"broke {len(failures)} of {len(selected)} checks:\n{lines}", failures)
+
+
+def _run_checks(selected: list[Check]) -> tuple[list[ConformanceError], int]:
+    """Run ``selected``: the broken rules, and how many checks could not run (each a
+    :class:`ConformanceWarning`)."""
+    failures: list[ConformanceError] = []
+    skipped = 0
+    for check in selected:
+        try:
+            check()
+        except ConformanceError as exc:
+            failures.append(exc)
+        except CheckSkipped as exc:
+            skipped += 1
+            warnings.warn(ConformanceWarning(f"{check.plugin}: {check.name}: skipped: {exc}"),
+                          stacklevel=3)
+    return failures, skipped
 
 
 def _passed_line(plugin: str, passed: int, skipped: int) -> str:
