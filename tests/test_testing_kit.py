@@ -885,6 +885,30 @@ def test_plugins_by_name_by_instance_and_bad_arguments():
         check_plugin("recalibrator", "temprature")
 
 
+def test_check_plugin_says_what_passed_unless_quiet(capsys):
+    """Success is one line on stdout naming the plugin and how many checks ran; ``quiet``
+    prints nothing; a check that cannot run is counted as skipped, not as passed."""
+    n = len(list(plugin_checks("recalibrator", Shrink(factor=0.5))))
+    check_plugin("recalibrator", Shrink(factor=0.5))
+    assert capsys.readouterr().out == f"recalibrator Shrink instance: {n} checks passed\n"
+    check_plugin("recalibrator", "temperature", checks=["check_confidence_output"])
+    assert capsys.readouterr().out == "recalibrator 'temperature': 1 check passed\n"
+    check_plugin("recalibrator", Shrink(factor=0.5), quiet=True)
+    assert capsys.readouterr().out == ""
+
+    class Missing(Tiny):
+        def splits(self):
+            raise FileNotFoundError("data/tiny.npz does not exist")
+
+    assert len(list(plugin_checks("dataset", Missing))) == 5  # built, and 4 that read data
+    with pytest.warns(ConformanceWarning):
+        check_plugin("dataset", Missing)
+    assert capsys.readouterr().out == "dataset Missing: 1 check passed (4 skipped)\n"
+    with pytest.raises(ConformanceError):
+        check_plugin("recalibrator", Shrink, {"factor": 1.5})
+    assert capsys.readouterr().out == ""  # a failure raises, and says nothing of success
+
+
 def test_parametrize_ids_and_expected_failures():
     decorator = parametrize_with_checks(
         [("recalibrator", Float32), ("selector", Margin, {"scale": 2.0})],

@@ -231,7 +231,8 @@ def reliability_diagram(confidence: Any, correct: Any, accepted: Any = None, n_b
         level: the intervals' confidence level in (0, 1).
 
     Returns:
-        The matplotlib ``Figure`` drawn on.
+        The matplotlib ``Axes`` drawn on (matplotlib's convention): ``ax`` when given, else
+        the Axes of the new figure; save or show it through ``ax.figure``.
     """
     if intervals not in ("clopper-pearson", None):
         raise ValueError(f"intervals must be 'clopper-pearson' or None; got {intervals!r}")
@@ -263,7 +264,7 @@ def reliability_diagram(confidence: Any, correct: Any, accepted: Any = None, n_b
     ax.set_xlabel("mean confidence in bin")
     ax.set_ylabel("accuracy in bin" + (f" ({level:.0%} Clopper–Pearson)" if intervals else ""))
     _legend_below(ax)
-    return ax.figure
+    return ax
 
 
 def _smooth_limits(series: list[tuple[str, str, np.ndarray, Any]]) -> tuple[float, float]:
