@@ -91,7 +91,8 @@ import scipy.fft
 from selbench.measure.binning import BUCKETED_MIN_N, bin_stats, bin_stats_bucketed, ece_from_stats
 from selbench.measure.validation import check_confidence, check_correct, check_n_bins, check_p
 
-__all__ = ["SmoothReliability", "classwise_ece", "smece", "smooth_reliability"]
+__all__ = ["SmoothReliability", "classwise_ece", "smece", "smece_bandwidth", "smece_rows",
+           "smooth_reliability"]
 
 #: relplot's constants (relplot 1.0.3: ``config.smECE_mesh_pts``, ``config.plot_mesh_pts``,
 #: the ``eps`` of ``BaseKernelMixin.smooth`` and of ``metrics.smECE``, the bisection's steps).
@@ -357,6 +358,60 @@ def smece(confidence: Any, correct: Any, *, sigma: float | None = None) -> float
     if conf.shape[0] == 0:
         return float("nan")
     return _smece_fit(conf, corr, sigma)[0]
+
+
+def smece_bandwidth(confidence: Any, correct: Any) -> float:
+    """The bandwidth ``s*`` that :func:`smece` chooses for these examples (its fixed point
+    search), so that ``smece(f, y) == smece(f, y, sigma=smece_bandwidth(f, y))``; ``nan``
+    when empty."""
+    conf = check_confidence(confidence)
+    corr = check_correct(correct, conf.shape[0])
+    if conf.shape[0] == 0:
+        return float("nan")
+    return _smece_fit(conf, corr, None)[1]
+
+
+def smece_rows(confidence: Any, correct: Any, sigma: float) -> np.ndarray:
+    """``smece(confidence[r], correct[r], sigma=sigma)`` of every row ``r`` of ``[R, k]``
+    arrays at once (to float64 rounding, tested to 1e-12): the grid masses of all rows by
+    one weighted ``bincount`` each for the residuals and the ones, the smoothing by one
+    batched FFT. What a bootstrap of smECE at a fixed bandwidth costs: about one evaluation
+    of :func:`smece`'s search (of about eleven) per row, all rows together."""
+    sigma = _check_sigma(sigma)
+    if sigma is None:
+        raise ValueError("smece_rows needs a fixed bandwidth sigma > 0")
+    conf = np.asarray(confidence, dtype=np.float64)
+    corr = np.asarray(correct, dtype=np.float64)
+    if conf.ndim != 2 or conf.shape != corr.shape:
+        raise ValueError(f"confidence and correct must be [R, k] arrays of one shape; got "
+                         f"{conf.shape} and {corr.shape}")
+    R, k = conf.shape
+    if k == 0:
+        return np.full(R, np.nan)
+    m = _fine_points(sigma)
+    pos = conf * (m - 1)
+    left = np.minimum(np.floor(pos), m - 2)
+    frac = pos - left
+    flat = (left.astype(np.intp) + np.arange(R, dtype=np.intp)[:, None] * m).ravel()
+    masses = np.empty((2, R, m))
+    for i, w in enumerate((conf - corr, None)):
+        total = (np.bincount(flat, minlength=R * m).astype(np.float64) if w is None
+                 else np.bincount(flat, weights=w.ravel(), minlength=R * m))
+        right = np.bincount(flat, weights=(frac if w is None else frac * w).ravel(),
+                            minlength=R * m)
+        got = (total - right).reshape(R, m)
+        got[:, 1:] += right.reshape(R, m)[:, : m - 1]
+        masses[i] = got
+    part = _Smoother._reflect(masses.reshape(2 * R, m))[:, m // 2: m // 2 + 2 * m - 1]
+    nfft = scipy.fft.next_fast_len(2 * m - 1, real=True)
+    spec = scipy.fft.rfft(part, nfft, axis=1)
+    spec *= scipy.fft.rfft(_Smoother._kernel(sigma, m), nfft)
+    grid = scipy.fft.irfft(spec, nfft, axis=1)[:, m - 1: 2 * m - 1]
+    t = np.linspace(0.0, 1.0, _eval_points(sigma))
+    at, w = _interp_index(t, m)
+    vals = (grid[:, at] * (1.0 - w) + grid[:, at + 1] * w).reshape(2, R, -1)
+    dens = vals[1] + _DENSITY_EPS
+    return np.sum(np.abs(vals[0] / dens) * dens, axis=1) / np.sum(dens, axis=1)
 
 
 class SmoothReliability(NamedTuple):
