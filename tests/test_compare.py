@@ -56,10 +56,19 @@ def test_a_mean_moved_beyond_its_noise_is_named(tmp_path):
     assert method in text and "differ: 1 of" in text
 
 
+def _other_cpu(data: dict) -> dict:
+    """The same run as if made on a CPU with another instruction set: the backbone (trained
+    in-process) may give other outputs, so the evaluation data may differ."""
+    data["provenance"]["cpu_capability"] = "AVX2"
+    return data
+
+
 def test_a_change_inside_the_noise_band_agrees(tmp_path):
     """Float rounding of another build (the None row differed at 1e-8) is not a difference;
-    nor is a change well inside the seed-to-seed and bootstrap noise."""
-    data = _json()
+    nor is a change well inside the seed-to-seed and bootstrap noise. The committed
+    quickstart's smECE has no bootstrap interval: it gets no noise estimate, not a verdict
+    on the rounding tolerance."""
+    data = _other_cpu(_json())
     for row in data["experiments"][0]["rows"]:
         for points in row["metrics"].values():
             for s in points.values():
@@ -67,12 +76,18 @@ def test_a_change_inside_the_noise_band_agrees(tmp_path):
                     s["mean"] += 1e-8
     _, cell = _a_row(data)
     cell["mean"] += 0.2 * (cell["bootstrap"]["high_mean"] - cell["bootstrap"]["low_mean"]) / 3.92
-    assert compare(QUICKSTART, _write(tmp_path, data)).agree
+    result = compare(QUICKSTART, _write(tmp_path, data))
+    assert result.agree and result.compared > 100
+    assert {d.key[2] for d in result.unjudged} == {"smece"}
+    assert all("no noise estimate" in d.what for d in result.unjudged)
+    text = render_comparison(result)
+    assert "without a noise estimate, not judged" in text and "cpu_capability" in text
 
 
 def test_the_bootstrap_carries_the_noise_of_deterministic_methods(tmp_path):
-    """The None row has std 0 over seeds: only its bootstrap interval bounds the noise."""
-    data = _json()
+    """The None row has std 0 over seeds: where the evaluation data may differ, only its
+    bootstrap interval bounds the noise."""
+    data = _other_cpu(_json())
     row = data["experiments"][0]["rows"][0]
     assert row["method"] == "None"
     cell = row["metrics"]["ece1"]["auc"]
@@ -83,12 +98,25 @@ def test_the_bootstrap_carries_the_noise_of_deterministic_methods(tmp_path):
     assert not compare(QUICKSTART, _write(tmp_path, data, "c")).agree
 
 
-def test_a_std_far_from_the_other_is_flagged(tmp_path):
+def test_on_the_same_data_a_deterministic_change_beyond_rounding_differs(tmp_path):
+    """Another spec (hash) on the same build, data and seeds: the bootstrap part is shared,
+    so a method without spread over seeds differs as soon as it moves beyond rounding."""
     data = _json()
+    data["provenance"]["spec_hash"] = "0" * 64
+    cell = data["experiments"][0]["rows"][0]["metrics"]["ece1"]["auc"]
+    cell["mean"] += 0.001
+    cell["values"] = [v + 0.001 for v in cell["values"]]
+    [diff] = compare(QUICKSTART, _write(tmp_path, data)).differences
+    assert diff.key[1:3] == ("None", "ece1") and "no spread" in diff.what
+
+
+def test_a_std_far_from_the_other_is_not_a_verdict(tmp_path):
+    """The seed-to-seed standard deviation is not judged (five seeds make an F-test of two
+    of them false-alarm): a leaderboard whose std alone differs agrees."""
+    data = _other_cpu(_json())
     _, cell = _a_row(data)
     cell["std"] *= 20
-    [diff] = compare(QUICKSTART, _write(tmp_path, data)).differences
-    assert diff.what.startswith("std over seeds")
+    assert compare(QUICKSTART, _write(tmp_path, data)).differences == []
 
 
 def test_a_row_on_one_side_only_is_a_difference(tmp_path):
@@ -105,7 +133,7 @@ def test_the_provenance_difference_is_explained(tmp_path):
     data["provenance"]["torch"] = "2.13.0+cpu"
     data["provenance"]["cpu"] = "Intel(R) Xeon(R) Platinum"
     result = compare(QUICKSTART, _write(tmp_path, data))
-    assert result.agree
+    assert result.agree and not result.identical
     assert ("torch", _json()["provenance"]["torch"], "2.13.0+cpu") in result.provenance
     text = render_comparison(result)
     assert "provenance differs" in text and "2.13.0+cpu" in text
