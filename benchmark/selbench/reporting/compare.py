@@ -9,13 +9,17 @@ verdict fits the situation, which the provenance, the spec and the seeds of both
 * **Identical provenance and inputs** (same selbench code digests, library builds, hardware
   and threads, input digests, spec hash and seeds): the numbers must be identical, so any
   difference beyond float rounding (``atol + rtol · max(|a|, |b|)``, defaults 1e-9 and
-  1e-5), seed by seed, differs.
+  1e-5), seed by seed, differs. The same holds for every number whose seeds and evaluation
+  data are the same on two sides made by the same builds and hardware, whatever else
+  differs in the spec or the code: the run is deterministic there, so a difference is the
+  change's (histogram binning with 14 bins instead of 15), not noise.
 * Otherwise each number gets a two-sided test of "no difference", at most as strict as
   rounding (the rounding tolerance is taken off the difference first):
 
-  - **the same seeds** on both sides: a paired t-test of the per-seed differences
-    (``leaderboard.json`` holds each seed's value; a CSV has none, so there the means are
-    compared as for different seeds, which is conservative);
+  - **the same seeds** on both sides (on other builds or hardware, or other evaluation
+    data): a paired t-test of the per-seed differences (``leaderboard.json`` holds each
+    seed's value; a CSV has none, so there the means are compared as for different seeds,
+    which is conservative);
   - **different seeds**: Welch's unpaired t-test of the two means from their standard
     deviations over seeds. The seed-to-seed standard deviations themselves are not judged
     (with five seeds an F-test of two of them false-alarms on harmless runs);
@@ -175,11 +179,16 @@ def _situation(a: Side, b: Side) -> _Situation:
                  and ha is not None and ha == hb and seeds[0] is not None
                  and seeds[0] == seeds[1])
     lines = []
+    paths = _spec_paths(a.spec or {}, b.spec or {})
     if ha is not None and ha == hb:
         lines.append(f"spec: the same (hash {str(ha)[:12]})")
+    elif a.spec is not None and b.spec is not None and not paths:
+        lines.append(f"spec: the same apart from the seeds (hash {str(ha)[:12]} vs "
+                     f"{str(hb)[:12]})")
     else:
-        lines.append(f"spec differs: hash {str(ha)[:12]} vs {str(hb)[:12]}")
-        paths = _spec_paths(a.spec or {}, b.spec or {})
+        lines.append(f"spec differs: hash {str(ha)[:12]} vs {str(hb)[:12]}"
+                     + ("" if a.spec is not None and b.spec is not None
+                        else " (a side records no spec)"))
         lines += [f"  {p}" for p in paths[:12]]
         if len(paths) > 12:
             lines.append(f"  ... and {len(paths) - 12} more entries")
@@ -199,17 +208,23 @@ def _situation(a: Side, b: Side) -> _Situation:
 
 
 # --------------------------------------------------------------------------- one number
-def _identical_test(x: Summary, y: Summary, tol: float) -> tuple[float, str]:
-    """Identical provenance and inputs: p = 0 (differs) beyond rounding, seed by seed."""
+def _exact_test(x: Summary, y: Summary, tol: float, why: str) -> tuple[float, str]:
+    """Numbers that must be identical: p = 0 (differs) beyond rounding, seed by seed."""
     worst, where = abs(x.mean - y.mean), "mean"
     if x.seeds is not None and x.seeds == y.seeds and x.values and y.values:
         for s, u, v in zip(x.seeds, x.values, y.values):
             if abs(u - v) > worst:
                 worst, where = abs(u - v), f"seed {s}"
     if worst > tol:
-        return 0.0, (f"{where} differs by {worst:.3g} > rounding {tol:.3g} (identical "
-                     "provenance, spec and seeds: identical numbers expected)")
+        return 0.0, (f"{where} differs by {worst:.3g} > rounding {tol:.3g} ({why}: identical "
+                     "numbers expected)")
     return 1.0, ""
+
+
+def _same_seeds(x: Summary, y: Summary, sit: _Situation) -> bool:
+    if x.seeds is not None and y.seeds is not None:
+        return x.seeds == y.seeds
+    return sit.seeds[0] is not None and sit.seeds[0] == sit.seeds[1]
 
 
 def _seed_part(x: Summary, y: Summary, same_build: bool) -> tuple[float, float, str] | str:
@@ -230,9 +245,13 @@ def _seed_part(x: Summary, y: Summary, same_build: bool) -> tuple[float, float, 
 
 def _number_test(x: Summary, y: Summary, metric: str, sit: _Situation, eval_same: bool,
                  tol: float) -> tuple[float, str] | str:
-    """(p-value of "no difference", description), or why the number has no noise estimate."""
+    """(p-value of "no difference", description), or why the number has no noise estimate.
+    The same build, seeds and evaluation data make every number deterministic: any
+    difference beyond rounding is the spec's or the code's, not noise."""
     if sit.identical:
-        return _identical_test(x, y, tol)
+        return _exact_test(x, y, tol, "identical provenance, spec and seeds")
+    if sit.same_build and eval_same and _same_seeds(x, y, sit):
+        return _exact_test(x, y, tol, "same builds, hardware, seeds and evaluation data")
     seed = _seed_part(x, y, sit.same_build)
     if isinstance(seed, str):
         return f"no noise estimate ({seed})"
@@ -275,6 +294,7 @@ def compare(a: str | Path, b: str | Path, *, level: float = 0.95,
     sit = _situation(sa, sb)
     out = Comparison(str(a), str(b), setting=sit.lines, identical=sit.identical)
     tested: list[tuple[Key, Summary, Summary, float, str]] = []
+    exact = 0
     for key in sorted(set(sa.summaries) | set(sb.summaries)):
         x, y = sa.summaries.get(key), sb.summaries.get(key)
         if x is None or y is None:
@@ -287,7 +307,9 @@ def compare(a: str | Path, b: str | Path, *, level: float = 0.95,
                 out.compared += 1
         else:
             tol = atol + rtol * max(abs(x.mean), abs(y.mean))
-            got = _number_test(x, y, key[2], sit, bool(sit.eval_same.get(key[0])), tol)
+            same_data = bool(sit.eval_same.get(key[0]))
+            exact += sit.identical or (sit.same_build and same_data and _same_seeds(x, y, sit))
+            got = _number_test(x, y, key[2], sit, same_data, tol)
             if isinstance(got, str):
                 out.unjudged.append(Difference(key, x, y, got))
             else:
@@ -303,10 +325,13 @@ def compare(a: str | Path, b: str | Path, *, level: float = 0.95,
                 out.differences.append(Difference(key, x, y, what + note))
     out.provenance = [(k, sa.provenance.get(k), sb.provenance.get(k)) for k in PROVENANCE_FIELDS
                       if sa.provenance.get(k) != sb.provenance.get(k)]
-    out.setting.append(
-        "test: exact up to rounding" if sit.identical else
-        f"test: two-sided t-tests at {level:g}, false alarms controlled over the "
-        f"{len(tested)} numbers tested (Benjamini-Hochberg)")
+    if exact:
+        out.setting.append(f"test: {exact} numbers with the same builds, hardware, seeds and "
+                           "evaluation data on both sides must be identical up to rounding")
+    if len(tested) > exact:
+        out.setting.append(f"test: {len(tested) - exact} numbers by two-sided t-tests at "
+                           f"{level:g}, false alarms controlled over all {len(tested)} "
+                           "(Benjamini-Hochberg)")
     return out
 
 
