@@ -93,6 +93,8 @@ class Comparison:
     unjudged: list[Difference] = field(default_factory=list)
     setting: list[str] = field(default_factory=list)
     identical: bool = False
+    #: each judged number's p-value of "no difference" (before the false-alarm control)
+    p_values: dict[Key, float] = field(default_factory=dict)
 
     @property
     def agree(self) -> bool:
@@ -315,6 +317,7 @@ def compare(a: str | Path, b: str | Path, *, level: float = 0.95,
             else:
                 tested.append((key, x, y, *got))
     out.compared += len(tested)
+    out.p_values = {key: p for key, _, _, p, _ in tested}
     if tested:
         from scipy.stats import false_discovery_control
 
