@@ -268,6 +268,35 @@ def _ece_equal_width_rows(confidence: np.ndarray, correct: np.ndarray, *, p: flo
     return np.sum(counts / k * errors, axis=1) ** (1.0 / p)
 
 
+def _ece_equal_width_prefixes(confidence: np.ndarray, correct: np.ndarray, counts: np.ndarray,
+                              *, p: float = 1, n_bins: int = 15) -> np.ndarray:
+    """``[R, len(counts)]``: :func:`ece_equal_width` of the leading ``counts[j]`` columns of
+    every row (``ece_equal_width.prefixes``): an example's bin does not depend on the others,
+    so the bins of nested prefixes are accumulated stretch by stretch."""
+    R = confidence.shape[0]
+    edges = np.arange(1, n_bins + 1, dtype=np.float64) / n_bins
+    idx = np.searchsorted(edges, confidence, side="left") + np.arange(R)[:, None] * n_bins
+    size = R * n_bins
+    totals = np.zeros((3, size))
+    out = np.full((R, len(counts)), np.nan)
+    done = 0
+    for j in np.argsort(counts, kind="stable").tolist():
+        k = int(counts[j])
+        if k > done:
+            flat = idx[:, done:k].ravel()
+            totals[0] += np.bincount(flat, minlength=size)
+            totals[1] += np.bincount(flat, weights=confidence[:, done:k].ravel(), minlength=size)
+            totals[2] += np.bincount(flat, weights=correct[:, done:k].ravel(), minlength=size)
+            done = k
+        if k == 0:
+            continue
+        n_b, conf_s, corr_s = (t.reshape(R, n_bins) for t in totals)
+        safe = np.maximum(n_b, 1.0)
+        errors = np.where(n_b > 0, np.abs(conf_s / safe - corr_s / safe) ** p, 0.0)
+        out[:, j] = np.sum(n_b / k * errors, axis=1) ** (1.0 / p)
+    return out
+
+
 def _mce_bins(counts: np.ndarray, conf_mean: np.ndarray, acc_mean: np.ndarray) -> np.ndarray:
     """:func:`mce` of every row of equal-mass bin statistics ``[R, bins]`` (``mce.from_bins``:
     the bins the bootstrap of ECE₁ has already formed; empty bins are left out)."""
@@ -276,4 +305,5 @@ def _mce_bins(counts: np.ndarray, conf_mean: np.ndarray, acc_mean: np.ndarray) -
 
 nll.batched = _nll_rows  # type: ignore[attr-defined]
 ece_equal_width.batched = _ece_equal_width_rows  # type: ignore[attr-defined]
+ece_equal_width.prefixes = _ece_equal_width_prefixes  # type: ignore[attr-defined]
 mce.from_bins = _mce_bins  # type: ignore[attr-defined]

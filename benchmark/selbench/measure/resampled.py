@@ -142,7 +142,7 @@ class ResampledCell:
         for key, fn in self.extra.items():
             if key in self.from_bins:
                 continue
-            if shared is None and _batched(fn) is not None:
+            if shared is None and (_batched(fn) is not None or _prefixes(fn) is not None):
                 shared = (self.conf[ex], self.corr[ex])  # gathered once for every batched one
                 for arr in shared:
                     arr.flags.writeable = False
@@ -168,6 +168,12 @@ class ResampledCell:
         ``fn`` per row and count."""
         R = ex.shape[0]
         rows_fn = _batched(fn)
+        if _prefixes(fn) is not None and shared is not None:  # every count at once
+            got = np.asarray(_prefixes(fn)(*shared, self.k), dtype=np.float64)
+            if got.shape != (R, self.k.shape[0]):
+                raise ValueError(f"{key}.prefixes returned shape {got.shape}, expected "
+                                 f"({R}, {self.k.shape[0]})")
+            return got
         if rows_fn is None or shared is None:
             return np.array([[_scalar(fn(self.conf[e[:kj]], self.corr[e[:kj]]), key)
                               for kj in self.k.tolist()] for e in ex])
@@ -360,6 +366,14 @@ def _scalar(value: Any, key: str) -> float:
 def _batched(fn: Callable[..., Any]) -> Callable[..., Any] | None:
     """The optional all-resamples form ``fn.batched`` of a metric callable, if it has one."""
     rows_fn = getattr(fn, "batched", None)
+    return rows_fn if callable(rows_fn) else None
+
+
+def _prefixes(fn: Callable[..., Any]) -> Callable[..., Any] | None:
+    """The optional nested-prefix form ``fn.prefixes(confidence, correct, counts)`` of an
+    ``extra`` metric: ``[R, len(counts)]``, the metric of each row's leading ``counts[j]``
+    examples (in selection order), for all counts at once."""
+    rows_fn = getattr(fn, "prefixes", None)
     return rows_fn if callable(rows_fn) else None
 
 
