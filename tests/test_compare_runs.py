@@ -63,3 +63,27 @@ def test_another_draw_of_seeds_of_one_spec_agrees(runs, capsys):
     text = capsys.readouterr().out
     assert "seeds differ: A [0, 1, 2, 3, 4], B [5, 6, 7, 8, 9]" in text
     assert "spec: the same apart from the seeds" in text
+
+
+def test_the_backbone_outputs_decide_whether_the_evaluation_data_are_the_same(runs, tmp_path):
+    """Another CPU with bit-identical backbone outputs (the cells' raw confidence) evaluates
+    on the same data: the shared bootstrap noise is not counted; other outputs make it count."""
+    import json
+    import shutil
+
+    import numpy as np
+
+    other = tmp_path / "other_cpu"
+    shutil.copytree(runs["a"], other)
+    board = json.loads((other / "leaderboard.json").read_text())
+    board["provenance"]["cpu_capability"] = "AVX2"
+    (other / "leaderboard.json").write_text(json.dumps(board))
+    result = compare(runs["a"], other)
+    assert result.agree and not result.identical
+    assert "evaluation data of mixture: the same" in render_comparison(result)
+    for npz in other.glob("cells/*/*/seed0.npz"):
+        arrays = dict(np.load(npz))
+        arrays["raw_confidence"] = arrays["raw_confidence"] * (1 - 1e-12)
+        np.savez(npz, **arrays)
+    result = compare(runs["a"], other)
+    assert result.agree and "evaluation data of mixture: may differ" in render_comparison(result)

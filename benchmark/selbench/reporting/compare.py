@@ -129,9 +129,14 @@ def _exp_settings(spec: dict | None) -> dict[str, Any]:
 
 
 def _eval_same(a: Side, b: Side, same_build: bool) -> dict[str, bool]:
-    """Per experiment: are both sides' evaluation data certainly the same?"""
+    """Per experiment: are both sides' evaluation data certainly the same? The same input
+    digests, data settings and dataset code, and the same backbone outputs on the same
+    evaluation rows: where both folders hold cells, their fingerprints at a seed both hold
+    (:func:`selbench.reporting.compare_input.data_fingerprints`) decide; otherwise the same
+    backbone and core code on the same builds and hardware (a backbone trained in-process
+    may give other outputs elsewhere)."""
     pa, pb = a.provenance, b.provenance
-    if not same_build or pa.get("inputs") != pb.get("inputs") or not pa.get("code"):
+    if pa.get("inputs") != pb.get("inputs") or not pa.get("code"):
         return {}
     code_a, code_b = pa.get("code") or {}, pb.get("code") or {}
     sa, sb = _exp_settings(a.spec), _exp_settings(b.spec)
@@ -139,10 +144,15 @@ def _eval_same(a: Side, b: Side, same_build: bool) -> dict[str, bool]:
     for name, settings in sa.items():
         if name not in sb or sb[name] != settings:
             continue
-        parts = ["core", f"dataset/{(settings.get('dataset') or {}).get('name')}",
-                 f"backbone/{(settings.get('backbone') or {}).get('name')}"]
-        out[name] = all(code_a.get(p) is not None and code_a.get(p) == code_b.get(p)
+        fa, fb = a.fingerprints.get(name, {}), b.fingerprints.get(name, {})
+        common = sorted(set(fa) & set(fb))
+        parts = [f"dataset/{(settings.get('dataset') or {}).get('name')}"]
+        if not common:
+            parts += ["core", f"backbone/{(settings.get('backbone') or {}).get('name')}"]
+        same_code = all(code_a.get(p) is not None and code_a.get(p) == code_b.get(p)
                         for p in parts)
+        out[name] = same_code and (all(fa[s] == fb[s] for s in common) if common
+                                   else same_build)
     return out
 
 

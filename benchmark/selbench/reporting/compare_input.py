@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CSV_COLUMNS", "CompareError", "Side", "Summary", "load_side"]
+__all__ = ["CSV_COLUMNS", "CompareError", "Side", "Summary", "data_fingerprints", "load_side"]
 
 #: the columns a leaderboard.csv must have (the ``boot_*`` ones are optional)
 CSV_COLUMNS = ("experiment", "method", "metric", "point", "mean", "std", "n_seeds")
@@ -74,12 +74,43 @@ class Summary:
 
 @dataclass
 class Side:
-    """One side of a comparison: its numbers, provenance and (canonical) spec."""
+    """One side of a comparison: its numbers, provenance, (canonical) spec and, where its
+    folder holds cells, a fingerprint of each experiment's evaluation data
+    (:func:`data_fingerprints`)."""
 
     file: Path
     summaries: dict[Key, Summary]
     provenance: dict[str, Any] = field(default_factory=dict)
     spec: dict[str, Any] | None = None
+    fingerprints: dict[str, dict[int, str]] = field(default_factory=dict)
+
+
+def data_fingerprints(folder: Path) -> dict[str, dict[int, str]]:
+    """``{experiment: {seed: digest}}``: the SHA-256 of the backbone's raw confidence on the
+    evaluation rows (``raw_confidence`` of the cells' per-example arrays, the same for every
+    method of a seed), which tells whether two runs evaluated on the same backbone outputs
+    (a backbone trained in-process on other hardware may give others). Empty where the
+    folder holds no cells; an unreadable cell is skipped (it only weakens the check)."""
+    import hashlib
+
+    import numpy as np
+
+    out: dict[str, dict[int, str]] = {}
+    cells = folder / "cells"
+    if not cells.is_dir() or cells.is_symlink():
+        return out
+    for npz in sorted(cells.glob("*/*/seed*.npz"))[:2000]:
+        try:
+            rec = json.loads(npz.with_suffix(".json").read_text(encoding="utf-8"))
+            exp, seed = rec["experiment"], int(rec["seed"])
+            if seed in out.get(exp, {}):
+                continue
+            with np.load(npz, allow_pickle=False) as arrays:
+                raw = np.ascontiguousarray(arrays["raw_confidence"], dtype=np.float64)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        out.setdefault(str(exp), {})[seed] = hashlib.sha256(raw.tobytes()).hexdigest()
+    return out
 
 
 def _locate(path: Path) -> Path:
@@ -283,4 +314,4 @@ def load_side(path: str | Path) -> Side:
     if not summaries:
         raise CompareError(f"{file}: holds no leaderboard numbers")
     return Side(file, summaries, prov if isinstance(prov, dict) else {},
-                spec if isinstance(spec, dict) else None)
+                spec if isinstance(spec, dict) else None, data_fingerprints(file.parent))
