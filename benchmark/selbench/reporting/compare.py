@@ -24,9 +24,12 @@ verdict fits the situation, which the provenance, the spec and the seeds of both
     deviations over seeds. The seed-to-seed standard deviations themselves are not judged
     (with five seeds an F-test of two of them false-alarms on harmless runs);
   - **the evaluation data** count only where they may differ: where the two sides' input
-    digests, dataset and backbone code, data settings of the experiment (dataset, backbone,
-    splits, ``n_fit``, ``n_eval``) or library builds and hardware differ (a backbone trained
-    in-process gives other outputs on other hardware). Then each side's bootstrap interval
+    digests, dataset code or data settings of the experiment (dataset, backbone, splits,
+    ``n_fit``, ``n_eval``) differ, or the backbone's outputs on the evaluation rows (a
+    backbone trained in-process may give other outputs on other hardware): where both
+    folders hold cells, the raw confidence they store tells
+    (:func:`selbench.reporting.compare_input.data_fingerprints`), else the backbone and
+    core code and the builds and hardware must be the same. Then each side's bootstrap interval
     over the evaluation examples, read as a standard error ``(high − low) / (2 z)``, adds
     its variance (Satterthwaite's degrees of freedom); where one is missing the number
     gets **no noise estimate** and is not judged (never on the rounding tolerance). With
