@@ -362,9 +362,7 @@ def smece(confidence: Any, correct: Any, *, sigma: float | None = None) -> float
 
 
 def smece_bandwidth(confidence: Any, correct: Any) -> float:
-    """The bandwidth ``s*`` that :func:`smece` chooses for these examples (its fixed point
-    search), so that ``smece(f, y) == smece(f, y, sigma=smece_bandwidth(f, y))``; ``nan``
-    when empty."""
+    """The bandwidth ``s*`` :func:`smece` chooses: ``smece(f, y, sigma=s*) == smece(f, y)``."""
     conf = check_confidence(confidence)
     corr = check_correct(correct, conf.shape[0])
     if conf.shape[0] == 0:
@@ -395,8 +393,7 @@ def _row_masses(conf: np.ndarray, corr: np.ndarray, m: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=64)
-def _kernel_spectrum(sigma: float, m: int, nfft: int) -> np.ndarray:
-    """The FFT of the sampled kernel (the same for every chunk of resamples at one β)."""
+def _kernel_spectrum(sigma: float, m: int, nfft: int) -> np.ndarray:  # the same at one β
     out = scipy.fft.rfft(_Smoother._kernel(sigma, m), nfft)
     out.flags.writeable = False
     return out
