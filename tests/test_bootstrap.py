@@ -251,6 +251,59 @@ def test_batched_callables_equal_the_plain_loop(selects):
     np.testing.assert_allclose(dist_fast, dist_plain, rtol=0, atol=1e-12)
 
 
+def _leaderboard_extra(scores, conf, correct, betas, delta, selects, seed):
+    """The selective metrics a cell's bootstrap measures (selbench.measure.evaluate.intervals)."""
+    from selbench.measure import evaluate as E
+
+    extra = {k: E.EXTRA_SELECTIVE[k] for k in E.BOOTSTRAPPED_EXTRA}
+    arrays = {"score": scores, "confidence": conf, "correct": correct}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        extra["smece"] = E.smece_at_bandwidths(arrays, list(betas), delta=delta, seed=seed,
+                                               selects=selects)
+    return extra
+
+
+@pytest.mark.parametrize(("n", "kind"), [(2, "random"), (7, "tied_conf"), (40, "all_correct"),
+                                         (300, "random"), (300, "tied_conf")])
+@pytest.mark.parametrize(("delta", "selects"), [(None, True), (0.2, True), (None, False)])
+def test_every_leaderboard_metric_has_a_fast_path_equal_to_the_loop(n, kind, delta, selects):
+    """smECE (at the cell's bandwidth), NLL, MCE, equal-width and debiased ECE: their batched
+    or binned forms give what the plain functions give on every resample."""
+    scores, conf, correct = cell_data(n, kind)
+    extra = _leaderboard_extra(scores, conf, correct, M.DEFAULT_BETAS, delta, selects, 4)
+    assert {"smece", "nll", "mce", "ece1_ew", "ece2_debiased", "signed_ce"} <= set(extra)
+    (fast, dist_fast), (slow, dist_slow) = both_paths(
+        scores, conf, correct, M.DEFAULT_BETAS, n_resamples=12, level=0.9, seed=4,
+        delta=delta, selects=selects, extra=extra, ranking=RANKING)
+    assert fast.keys() == slow.keys()
+    per = len(M.DEFAULT_BETAS) + 1
+    keys = [*BS.BINNED, *extra]
+    smooth, root = (np.zeros(dist_fast.shape[0], dtype=bool) for _ in range(2))
+    smooth[keys.index("smece") * per:][:per] = True
+    root[keys.index("ece2_debiased") * per:][:per] = True
+    plain = ~smooth & ~root
+    np.testing.assert_allclose(dist_fast[plain], dist_slow[plain], rtol=0, atol=1e-12)
+    # the debiased ECE₂ is the root of a difference that may be ~0 (a rounding of 1e-17
+    # there is 1e-9 after the root): its squares to 1e-12, its AUC (of roots) to 1e-8
+    at = np.flatnonzero(root)
+    np.testing.assert_allclose(dist_fast[at[:-1]] ** 2, dist_slow[at[:-1]] ** 2, rtol=0,
+                               atol=1e-12)
+    np.testing.assert_allclose(dist_fast[at[-1]], dist_slow[at[-1]], rtol=0, atol=1e-8)
+    # smECE by FFT of all rows at once: rounding of the FFT (relative to the largest grid
+    # value), amplified where the density is ~0 (the 1e-4 guard); 1e-13 on continuous data
+    np.testing.assert_allclose(dist_fast[smooth], dist_slow[smooth], rtol=0, atol=1e-9)
+
+
+def test_smece_at_the_cells_bandwidth_is_the_cells_smece():
+    """On the evaluation set itself the fixed bandwidth gives exactly the searched smECE."""
+    scores, conf, correct = cell_data(300)
+    extra = _leaderboard_extra(scores, conf, correct, [1.0], None, True, 0)
+    assert extra["smece"](conf, correct) == M.smece(conf, correct)
+    assert extra["smece"].batched(conf[None], correct[None])[0] == pytest.approx(
+        M.smece(conf, correct), abs=1e-14)
+
+
 def test_batched_ranking_callables_share_one_read_only_gather():
     scores, conf, correct = cell_data(50, "tied_scores")
     seen = []

@@ -170,17 +170,22 @@ def test_bootstrap_intervals_reach_the_cells_json_and_csv(chosen):
                                  "unit": "evaluation example"}
     iv = cell["intervals"]
     nb = len(cell["betas"])
-    assert "smece" not in iv and "coverage" not in iv  # see evaluate.BOOTSTRAPPED_EXTRA
-    for key in ("ece1", "ece2", "brier", "accuracy"):
+    assert "coverage" not in iv  # fixed by beta: no sampling noise
+    for key in ("ece1", "ece2", "brier", "accuracy", "smece", "nll", "mce", "ece1_ew",
+                "ece2_debiased"):
         assert len(iv[key]["low"]) == len(iv[key]["high"]) == nb
         assert all(lo <= hi for lo, hi in zip(iv[key]["low"], iv[key]["high"]))
     # the point estimate of a cell lies inside (or on) its accuracy interval at beta = 1
     assert iv["accuracy"]["low"][-1] <= cell["metrics"]["accuracy"][-1] <= iv["accuracy"]["high"][-1]
     assert iv["augrc"]["low"] <= cell["metrics"]["augrc"][0] <= iv["augrc"]["high"]
+    # every metric the leaderboard shows has a noise estimate, smECE included
+    assert iv["smece"]["auc"][0] <= iv["smece"]["auc"][1]
     board = json.loads((chosen / "leaderboard.json").read_text())
-    entry = next(r for r in board["experiments"][0]["rows"]
-                 if r["method"] == "Confidence")["metrics"]["ece1"]["auc"]["bootstrap"]
+    row_metrics = next(r for r in board["experiments"][0]["rows"]
+                       if r["method"] == "Confidence")["metrics"]
+    entry = row_metrics["ece1"]["auc"]["bootstrap"]
     assert entry["level"] == 0.9 and entry["per_seed"]["0"] == iv["ece1"]["auc"]
+    assert row_metrics["smece"]["auc"]["bootstrap"]["per_seed"]["0"] == iv["smece"]["auc"]
     rows = list(csv.DictReader(io.StringIO((chosen / "leaderboard.csv").read_text())))
     row = next(r for r in rows if r["method"] == "Confidence" and r["metric"] == "ece1")
     assert float(row["boot_level"]) == 0.9

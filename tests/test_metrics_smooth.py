@@ -553,3 +553,23 @@ def test_debiased_ece_large_n(calibration):
     conf = np.concatenate([np.zeros(10_000), np.ones(15_000), np.round(rng.random(45_000), 3)])
     correct = (rng.random(conf.size) < conf**1.1).astype(float)
     check_debiased(calibration, conf, correct)
+
+
+@pytest.mark.parametrize("k", [1, 5, 300, 3000])
+@pytest.mark.parametrize("sigma", [0.003, 0.05, 0.3])
+def test_smece_rows_equal_smece_at_a_fixed_bandwidth(k, sigma):
+    """The bootstrap's batched smECE (all rows by one FFT) and its nested-prefix form equal
+    relplot's smECE_sigma as :func:`smece` computes it, row by row."""
+    from selbench.measure.smooth import smece_prefix_rows, smece_rows
+
+    g = np.random.default_rng([k, 11])
+    conf = g.uniform(0.1, 1.0, (6, k))
+    conf[0, 0] = 1.0  # an example exactly at 1: half weight
+    corr = (g.uniform(size=(6, k)) < conf).astype(float)
+    ref = np.array([smece(c, y, sigma=sigma) for c, y in zip(conf, corr)])
+    np.testing.assert_allclose(smece_rows(conf, corr, sigma), ref, rtol=0, atol=1e-12)
+    ks = [k, max(1, k // 3), max(1, k // 2)]
+    got = smece_prefix_rows(conf, corr, ks, [sigma, 2 * sigma, sigma])
+    for j, (kj, s) in enumerate(zip(ks, [sigma, 2 * sigma, sigma])):
+        ref = [smece(c[:kj], y[:kj], sigma=s) for c, y in zip(conf, corr)]
+        np.testing.assert_allclose(got[:, j], ref, rtol=0, atol=1e-12)

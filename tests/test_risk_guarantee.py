@@ -202,3 +202,53 @@ def test_risk_guarantee_spec_runs_and_reports(tmp_path):
     assert m["rg_held"][0] == float(m["rg_risk"][0] <= 0.2)
     md = next(out.rglob("leaderboard.md")).read_text()
     assert "Selective risk guaranteed ≤ r = 0.2" in md
+
+
+def test_risk_guarantee_intervals_are_the_bootstrap_of_the_evaluation_examples():
+    """At a fixed threshold the coverage is a binomial proportion: its 95% bootstrap
+    interval has the normal approximation's width; the risk's is that of the accepted
+    errors; the bound (fitting data only) has no evaluation noise."""
+    from selbench.measure.guarantee import risk_guarantee_intervals
+
+    g = np.random.default_rng(3)
+    n = 4000
+    scores = g.uniform(size=n)
+    correct = (g.uniform(size=n) < 0.5 + 0.5 * scores).astype(float)
+    got = risk_guarantee_intervals(0.4, scores, correct, 0.2, 0.17, resamples=2000,
+                                   level=0.95, seed=0)
+    p = float(np.mean(scores >= 0.4))
+    half = 1.96 * math.sqrt(p * (1 - p) / n)
+    cov = got["rg_coverage"]
+    assert cov["low"] < p < cov["high"]
+    assert cov["high"] - cov["low"] == pytest.approx(2 * half, rel=0.08)
+    acc = scores >= 0.4
+    r = float(np.mean(1 - correct[acc]))
+    half_r = 1.96 * math.sqrt(r * (1 - r) / acc.sum())
+    assert got["rg_risk"]["high"] - got["rg_risk"]["low"] == pytest.approx(2 * half_r, rel=0.08)
+    assert got["rg_bound"] == {"low": 0.17, "high": 0.17}
+    assert got["rg_held"]["low"] in (0.0, 1.0) and got["rg_held"]["high"] in (0.0, 1.0)
+    assert got == risk_guarantee_intervals(0.4, scores, correct, 0.2, 0.17, resamples=2000,
+                                           level=0.95, seed=0)
+
+
+def test_risk_guarantee_columns_carry_bootstrap_intervals(tmp_path):
+    import json
+
+    from conftest import tiny_spec
+    from selbench.execution.runner import run
+
+    methods = [{"label": "Confidence", "scheme": {"name": "recalibration"},
+                "recalibrator": {"name": "temperature"}, "selector": {"name": "confidence"}}]
+    spec = tiny_spec(methods=methods, risk_guarantee={"risk": 0.2, "delta": 0.1},
+                     bootstrap={"resamples": 50})
+    out = tmp_path / "res"
+    run(spec, out_dir=out, cache_dir=tmp_path / "cache", progress=False, plots=False)
+    cell = json.loads(sorted(out.rglob("seed*.json"))[0].read_text())
+    for key in ("rg_coverage", "rg_risk", "rg_held", "rg_bound"):
+        iv = cell["intervals"][key]
+        assert iv["low"] <= cell["metrics"][key][0] <= iv["high"] or key == "rg_held"
+    board = json.loads(next(out.rglob("leaderboard.json")).read_text())
+    row = board["experiments"][0]["rows"][0]["metrics"]
+    for key in ("rg_coverage", "rg_risk"):
+        (point,) = row[key].values()
+        assert point["bootstrap"]["low_mean"] <= point["bootstrap"]["high_mean"]

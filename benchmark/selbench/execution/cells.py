@@ -28,7 +28,13 @@ from selbench.execution.errors import RunError
 from selbench.execution.guard import blame_plugin, describe_plugin, failure, fit_guarded
 from selbench.execution.keys import Cell, method_fields, method_params
 from selbench.execution.tuning import TuningError, study_name, tune_cell, with_params
-from selbench.measure.evaluate import EvaluationError, eval_rows, fit_indices, guaranteed_risk
+from selbench.measure.evaluate import (
+    EvaluationError,
+    eval_rows,
+    fit_indices,
+    guaranteed_risk,
+    guaranteed_risk_intervals,
+)
 from selbench.measure.evaluate import intervals as evaluate_intervals
 from selbench.spec import ExperimentSpec, MethodSpec, ResolvedSpec, SpecError
 from selbench.spec.search import method_space
@@ -298,14 +304,21 @@ def _measured(m: _Method, cell: Cell, est: SelectiveRecalibrator,
 
 def _risk_guarantee(m: _Method, est: SelectiveRecalibrator, fit_all: ModelOutputs,
                     idx: np.ndarray, arrays: dict[str, np.ndarray],
-                    betas: list[float]) -> dict[str, np.ndarray]:
+                    cell: Cell) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The experiment's risk guarantee: SGR's threshold from the fitted estimator's scores on
-    the cell's own fitting rows ``idx``, measured on the evaluation ``arrays``."""
-    rg = m.exp.risk_guarantee
+    the cell's own fitting rows ``idx``, measured on the evaluation ``arrays``, and the
+    bootstrap intervals of those measurements (empty without resamples)."""
+    rg, boot = m.exp.risk_guarantee, m.exp.bootstrap
     fit_out = fit_all if len(idx) == len(fit_all) else fit_all.subset(idx)
     fit_arrays = m.run("scoring the fitting data for the risk guarantee",
                        lambda: est._score(fit_out))
-    return guaranteed_risk(fit_arrays, arrays, betas, risk=rg.risk, delta=rg.delta)
+    got = guaranteed_risk(fit_arrays, arrays, cell.eval_betas, risk=rg.risk, delta=rg.delta)
+    ivs: dict[str, Any] = {}
+    if boot.resamples > 0:
+        ivs = guaranteed_risk_intervals(fit_arrays, arrays, risk=rg.risk, delta=rg.delta,
+                                        resamples=boot.resamples, level=boot.level,
+                                        seed=cell.seed)
+    return got, ivs
 
 
 #: the backbone's raw confidence of each evaluation row set, per cached split: an
@@ -369,8 +382,11 @@ def run_cell(
     arrays = _with_distribution(m, est, eval_out, arrays)
     metrics, intervals, boot_info, selects = _measured(m, cell, est, arrays)
     if exp.risk_guarantee is not None:
-        metrics.update(_risk_guarantee(m, est, outputs[exp.fit_split], idx, arrays,
-                                       cell.eval_betas))
+        rg_metrics, rg_intervals = _risk_guarantee(m, est, outputs[exp.fit_split], idx, arrays,
+                                                   cell)
+        metrics.update(rg_metrics)
+        if intervals is not None:
+            intervals.update(rg_intervals)
     t2 = time.perf_counter()
     stored = _stored_arrays(cell, arrays, eval_out, outputs[exp.eval_split], rows_key)
     record = CellRecord(

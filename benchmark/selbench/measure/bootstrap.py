@@ -448,7 +448,10 @@ def selective_intervals(
             called once per resample on all of its examples (e.g. AURC).
 
     A callable of ``extra`` or ``ranking`` may carry a vectorised form ``fn.batched`` that
-    measures all resamples at once (see the module docstring).
+    measures all resamples at once (see the module docstring); one of ``extra`` may instead
+    carry ``fn.prefixes(confidence, correct, counts)``, all resamples at every count at once
+    (``[R, len(counts)]``, from each row's examples in selection order), or
+    ``fn.from_bins(counts, conf_mean, acc_mean)``, from the equal-mass bins of ECE₁.
 
     Returns:
         ``{name: {"low": [per beta], "high": [per beta], "auc": [low, high]}}`` for ``ece1``,

@@ -241,3 +241,69 @@ def _fpr_count_rows(drawn: np.ndarray, wrong: np.ndarray, tpr: float = 0.95) -> 
 
 selector_auroc.from_count_rows = _auroc_count_rows  # type: ignore[attr-defined]
 fpr_at_tpr.from_count_rows = _fpr_count_rows  # type: ignore[attr-defined]
+
+
+def _nll_rows(confidence: np.ndarray, correct: np.ndarray) -> np.ndarray:
+    """:func:`nll` of every row of ``[R, k]`` arrays (``nll.batched``, the bootstrap's form)."""
+    q = np.clip(confidence, EPS, 1.0 - EPS)
+    return -np.mean(np.where(correct > 0, np.log(q), np.log1p(-q)), axis=1)
+
+
+def _ece_equal_width_rows(confidence: np.ndarray, correct: np.ndarray, *, p: float = 1,
+                          n_bins: int = 15) -> np.ndarray:
+    """:func:`ece_equal_width` of every row of ``[R, k]`` arrays (``ece_equal_width.batched``):
+    the same bins, their sums per row by one ``bincount`` over all rows."""
+    R, k = confidence.shape
+    if k == 0:
+        return np.full(R, np.nan)
+    edges = np.arange(1, n_bins + 1, dtype=np.float64) / n_bins
+    idx = (np.searchsorted(edges, confidence, side="left")
+           + np.arange(R)[:, None] * n_bins).ravel()
+    size = R * n_bins
+    counts = np.bincount(idx, minlength=size).reshape(R, n_bins).astype(np.float64)
+    safe = np.maximum(counts, 1.0)
+    conf_mean = np.bincount(idx, weights=confidence.ravel(), minlength=size).reshape(R, -1) / safe
+    acc_mean = np.bincount(idx, weights=correct.ravel(), minlength=size).reshape(R, -1) / safe
+    errors = np.where(counts > 0, np.abs(conf_mean - acc_mean) ** p, 0.0)
+    return np.sum(counts / k * errors, axis=1) ** (1.0 / p)
+
+
+def _ece_equal_width_prefixes(confidence: np.ndarray, correct: np.ndarray, counts: np.ndarray,
+                              *, p: float = 1, n_bins: int = 15) -> np.ndarray:
+    """``[R, len(counts)]``: :func:`ece_equal_width` of the leading ``counts[j]`` columns of
+    every row (``ece_equal_width.prefixes``): an example's bin does not depend on the others,
+    so the bins of nested prefixes are accumulated stretch by stretch."""
+    R = confidence.shape[0]
+    edges = np.arange(1, n_bins + 1, dtype=np.float64) / n_bins
+    idx = np.searchsorted(edges, confidence, side="left") + np.arange(R)[:, None] * n_bins
+    size = R * n_bins
+    totals = np.zeros((3, size))
+    out = np.full((R, len(counts)), np.nan)
+    done = 0
+    for j in np.argsort(counts, kind="stable").tolist():
+        k = int(counts[j])
+        if k > done:
+            flat = idx[:, done:k].ravel()
+            totals[0] += np.bincount(flat, minlength=size)
+            totals[1] += np.bincount(flat, weights=confidence[:, done:k].ravel(), minlength=size)
+            totals[2] += np.bincount(flat, weights=correct[:, done:k].ravel(), minlength=size)
+            done = k
+        if k == 0:
+            continue
+        n_b, conf_s, corr_s = (t.reshape(R, n_bins) for t in totals)
+        safe = np.maximum(n_b, 1.0)
+        errors = np.where(n_b > 0, np.abs(conf_s / safe - corr_s / safe) ** p, 0.0)
+        out[:, j] = np.sum(n_b / k * errors, axis=1) ** (1.0 / p)
+    return out
+
+
+def _mce_bins(counts: np.ndarray, conf_mean: np.ndarray, acc_mean: np.ndarray) -> np.ndarray:
+    """:func:`mce` of every row of equal-mass bin statistics ``[R, bins]`` (``mce.from_bins``:
+    the bins the bootstrap of ECE₁ has already formed; empty bins are left out)."""
+    return np.max(np.where(counts > 0, np.abs(conf_mean - acc_mean), -np.inf), axis=1)
+
+
+nll.batched = _nll_rows  # type: ignore[attr-defined]
+ece_equal_width.batched = _ece_equal_width_rows  # type: ignore[attr-defined]
+ece_equal_width.prefixes = _ece_equal_width_prefixes  # type: ignore[attr-defined]
+mce.from_bins = _mce_bins  # type: ignore[attr-defined]

@@ -21,7 +21,7 @@ from scipy.stats import beta as beta_dist
 from selbench.measure.validation import as_float_1d, check_correct, check_scores
 
 __all__ = ["GUARANTEE_METRICS", "RISK_GUARANTEE_COLUMNS", "SGRResult", "binomial_upper_bound",
-           "risk_guarantee_metrics", "sgr"]
+           "risk_guarantee_intervals", "risk_guarantee_metrics", "sgr"]
 
 #: Registry entries (:class:`selbench.measure.metrics.MetricInfo` fields) of a risk guarantee's
 #: results: measured once per cell (kind ``ranking``) where the experiment sets one.
@@ -147,3 +147,33 @@ def risk_guarantee_metrics(fit_scores: Any, fit_correct: Any, scores: Any, corre
         "rg_held": 1.0 if (k == 0 or achieved <= risk) else 0.0,
         "rg_bound": chosen.bound,
     }
+
+
+def risk_guarantee_intervals(threshold: float, scores: Any, correct: Any, risk: float,
+                             bound: float, *, resamples: int, level: float,
+                             seed: int) -> dict[str, dict[str, float]]:
+    """Percentile bootstrap intervals over the evaluation examples of what
+    :func:`risk_guarantee_metrics` measures there at SGR's ``threshold`` (fitted on other
+    data, so fixed): ``rg_coverage``, ``rg_risk`` (NaN where a resample accepts none) and
+    ``rg_held``; ``rg_bound`` depends on the fitting data only: ``[bound, bound]``.
+    ``resamples`` rows of ``n`` indices drawn with replacement by
+    ``np.random.default_rng([seed, 0xB007])``, as the cell's other intervals."""
+    sc = check_scores(scores)
+    corr = check_correct(as_float_1d(correct, "correct"), sc.shape[0])
+    n = sc.shape[0]
+    accept = (sc >= threshold).astype(np.float64)
+    wrong = accept * (1.0 - corr)
+    idx = np.random.default_rng([seed, 0xB007]).integers(0, max(n, 1), size=(resamples, n))
+    k = accept[idx].sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        achieved = wrong[idx].sum(axis=1) / k
+    dist = {"rg_coverage": k / n if n else np.full(resamples, np.nan),
+            "rg_risk": np.where(k > 0, achieved, np.nan),
+            "rg_held": np.where((k == 0) | (achieved <= risk), 1.0, 0.0)}
+    q = [100 * (1 - level) / 2, 100 * (1 + level) / 2]
+    out = {}
+    for key, values in dist.items():
+        low, high = np.percentile(values, q) if n else (math.nan, math.nan)
+        out[key] = {"low": float(low), "high": float(high)}
+    out["rg_bound"] = {"low": float(bound), "high": float(bound)}
+    return out

@@ -66,6 +66,9 @@ class ResampledCell:
         self.both_sorted.real, self.both_sorted.imag = conf[by_conf], corr[by_conf]
         self.sq = np.square(conf - corr)
         self.keys = [*BINNED, *self.extra]
+        # extra metrics of the equal-mass bins of ECE (``fn.from_bins``): computed with them
+        self.from_bins = {key: fn.from_bins for key, fn in self.extra.items()
+                          if callable(getattr(fn, "from_bins", None))}
         per = betas.shape[0] + int(self.has_auc)
         self.size = per * len(self.keys) + len(self.ranking)
 
@@ -133,9 +136,17 @@ class ResampledCell:
         step = max(1, _CHUNK_ENTRIES // n)  # rows at a time: the working set stays in cache
         parts = [self._binned(idx[r:r + step]) for r in range(0, R, step)]
         ex = parts[0][0] if len(parts) == 1 else np.concatenate([p[0] for p in parts])
-        res = {key: np.concatenate([p[1][key] for p in parts]) for key in BINNED}
+        res = {key: np.concatenate([p[1][key] for p in parts])
+               for key in (*BINNED, *self.from_bins)}
+        shared: tuple[np.ndarray, np.ndarray] | None = None  # [R, n] in selection order
         for key, fn in self.extra.items():
-            res[key] = self._extra_rows(key, fn, ex)
+            if key in self.from_bins:
+                continue
+            if shared is None and (_batched(fn) is not None or _prefixes(fn) is not None):
+                shared = (self.conf[ex], self.corr[ex])  # gathered once for every batched one
+                for arr in shared:
+                    arr.flags.writeable = False
+            res[key] = self._extra_rows(key, fn, ex, shared)
         if not self.selects:
             res = {key: np.repeat(v, b.shape[0], axis=1) for key, v in res.items()}
         out = np.empty((self.size, R))
@@ -149,16 +160,25 @@ class ResampledCell:
         self._ranking_rows(idx, out, at)
         return out
 
-    def _extra_rows(self, key: str, fn: Callable[..., Any], ex: np.ndarray) -> np.ndarray:
+    def _extra_rows(self, key: str, fn: Callable[..., Any], ex: np.ndarray,
+                    shared: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
         """The ``extra`` metric ``key`` ``[R, len(k)]`` of the rows whose selection order is
-        ``ex``: through ``fn.batched`` when it has one, else ``fn`` per row and count."""
+        ``ex``: through ``fn.batched`` when it has one (on the read-only ``[R, k]`` leading
+        columns of ``shared``, the rows' confidence and correctness in selection order), else
+        ``fn`` per row and count."""
         R = ex.shape[0]
         rows_fn = _batched(fn)
-        if rows_fn is None:
+        if _prefixes(fn) is not None and shared is not None:  # every count at once
+            got = np.asarray(_prefixes(fn)(*shared, self.k), dtype=np.float64)
+            if got.shape != (R, self.k.shape[0]):
+                raise ValueError(f"{key}.prefixes returned shape {got.shape}, expected "
+                                 f"({R}, {self.k.shape[0]})")
+            return got
+        if rows_fn is None or shared is None:
             return np.array([[_scalar(fn(self.conf[e[:kj]], self.corr[e[:kj]]), key)
                               for kj in self.k.tolist()] for e in ex])
-        # all resamples at once per beta: [R, k] arrays in selection order
-        return np.stack([_column(rows_fn(self.conf[ex[:, :kj]], self.corr[ex[:, :kj]]), R, key)
+        conf, corr = shared  # all resamples at once per beta
+        return np.stack([_column(rows_fn(conf[:, :kj], corr[:, :kj]), R, key)
                          for kj in self.k.tolist()], axis=1)
 
     def _ranking_rows(self, idx: np.ndarray, out: np.ndarray, at: int) -> None:
@@ -237,7 +257,7 @@ class ResampledCell:
         below_rank = self._below_rank(ci_sorted, rows, n)
         t_flat = t_by_conf.ravel()
         nk = self.k.shape[0]
-        res = {key: np.empty((R, nk)) for key in BINNED}
+        res = {key: np.empty((R, nk)) for key in (*BINNED, *self.from_bins)}
         ks = np.unique(self.k)
         self._prefix_means(ex, ks, res)
         for kj in ks.tolist():  # each count once (with delta, several betas may share one)
@@ -313,6 +333,9 @@ class ResampledCell:
         cols = self.k == kj
         res["ece1"][:, cols] = np.sum(weights * gap, axis=1)[:, None]
         res["ece2"][:, cols] = (np.sum(weights * gap**2, axis=1) ** 0.5)[:, None]
+        for key, from_bins in self.from_bins.items():
+            res[key][:, cols] = _column(from_bins(counts, conf_mean, acc_mean), R,
+                                        f"{key}.from_bins")[:, None]
 
     def unpack(self, low: np.ndarray, high: np.ndarray) -> dict[str, dict[str, Any]]:
         nb = self.betas.shape[0]
@@ -343,6 +366,14 @@ def _scalar(value: Any, key: str) -> float:
 def _batched(fn: Callable[..., Any]) -> Callable[..., Any] | None:
     """The optional all-resamples form ``fn.batched`` of a metric callable, if it has one."""
     rows_fn = getattr(fn, "batched", None)
+    return rows_fn if callable(rows_fn) else None
+
+
+def _prefixes(fn: Callable[..., Any]) -> Callable[..., Any] | None:
+    """The optional nested-prefix form ``fn.prefixes(confidence, correct, counts)`` of an
+    ``extra`` metric: ``[R, len(counts)]``, the metric of each row's leading ``counts[j]``
+    examples (in selection order), for all counts at once."""
+    rows_fn = getattr(fn, "prefixes", None)
     return rows_fn if callable(rows_fn) else None
 
 

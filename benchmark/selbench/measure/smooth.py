@@ -82,6 +82,7 @@ library's estimators vectorised: at ``K = 100`` about 30 times the library at ``
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, NamedTuple
 
@@ -91,7 +92,8 @@ import scipy.fft
 from selbench.measure.binning import BUCKETED_MIN_N, bin_stats, bin_stats_bucketed, ece_from_stats
 from selbench.measure.validation import check_confidence, check_correct, check_n_bins, check_p
 
-__all__ = ["SmoothReliability", "classwise_ece", "smece", "smooth_reliability"]
+__all__ = ["SmoothReliability", "classwise_ece", "smece", "smece_bandwidth", "smece_prefix_rows",
+           "smece_rows", "smooth_reliability"]
 
 #: relplot's constants (relplot 1.0.3: ``config.smECE_mesh_pts``, ``config.plot_mesh_pts``,
 #: the ``eps`` of ``BaseKernelMixin.smooth`` and of ``metrics.smECE``, the bisection's steps).
@@ -357,6 +359,105 @@ def smece(confidence: Any, correct: Any, *, sigma: float | None = None) -> float
     if conf.shape[0] == 0:
         return float("nan")
     return _smece_fit(conf, corr, sigma)[0]
+
+
+def smece_bandwidth(confidence: Any, correct: Any) -> float:
+    """The bandwidth ``s*`` :func:`smece` chooses: ``smece(f, y, sigma=s*) == smece(f, y)``."""
+    conf = check_confidence(confidence)
+    corr = check_correct(correct, conf.shape[0])
+    if conf.shape[0] == 0:
+        return float("nan")
+    return _smece_fit(conf, corr, None)[1]
+
+
+def _row_masses(conf: np.ndarray, corr: np.ndarray, m: int) -> np.ndarray:
+    """Grid masses ``[2, R, m]`` (residuals ``f - y``, then ones) of every row of ``[R, k]``
+    arrays, as :meth:`_Smoother.masses` (one weighted ``bincount`` per sum over all rows)."""
+    R = conf.shape[0]
+    pos = conf * (m - 1)
+    left = np.minimum(np.floor(pos), m - 2)
+    frac = pos - left
+    flat = (left.astype(np.intp) + np.arange(R, dtype=np.intp)[:, None] * m).ravel()
+    w = (conf - corr).ravel()
+    frac = frac.ravel()
+    masses = np.empty((2, R, m))
+    for i, (total, right) in enumerate((
+            (np.bincount(flat, weights=w, minlength=R * m),
+             np.bincount(flat, weights=frac * w, minlength=R * m)),
+            (np.bincount(flat, minlength=R * m).astype(np.float64),
+             np.bincount(flat, weights=frac, minlength=R * m)))):
+        got = (total - right).reshape(R, m)
+        got[:, 1:] += right.reshape(R, m)[:, : m - 1]
+        masses[i] = got
+    return masses
+
+
+@functools.lru_cache(maxsize=64)
+def _kernel_spectrum(sigma: float, m: int, nfft: int) -> np.ndarray:  # the same at one β
+    out = scipy.fft.rfft(_Smoother._kernel(sigma, m), nfft)
+    out.flags.writeable = False
+    return out
+
+
+def _smece_of_masses(masses: np.ndarray, sigma: float) -> np.ndarray:
+    """smECE ``[R]`` at bandwidth ``sigma`` of rows given by their grid masses ``[2, R, m]``
+    (:func:`_smece_at`, all rows by one batched FFT)."""
+    _, R, m = masses.shape
+    part = _Smoother._reflect(masses.reshape(2 * R, m))[:, m // 2: m // 2 + 2 * m - 1]
+    nfft = scipy.fft.next_fast_len(2 * m - 1, real=True)
+    spec = scipy.fft.rfft(part, nfft, axis=1)
+    spec *= _kernel_spectrum(sigma, m, nfft)
+    grid = scipy.fft.irfft(spec, nfft, axis=1)[:, m - 1: 2 * m - 1]
+    t = np.linspace(0.0, 1.0, _eval_points(sigma))
+    at, w = _interp_index(t, m)
+    vals = (grid[:, at] * (1.0 - w) + grid[:, at + 1] * w).reshape(2, R, -1)
+    dens = vals[1] + _DENSITY_EPS
+    return np.sum(np.abs(vals[0] / dens) * dens, axis=1) / np.sum(dens, axis=1)
+
+
+def _rows_pair(confidence: Any, correct: Any) -> tuple[np.ndarray, np.ndarray]:
+    conf = np.asarray(confidence, dtype=np.float64)
+    corr = np.asarray(correct, dtype=np.float64)
+    if conf.ndim != 2 or conf.shape != corr.shape:
+        raise ValueError(f"confidence and correct must be [R, k] arrays of one shape; got "
+                         f"{conf.shape} and {corr.shape}")
+    return conf, corr
+
+
+def smece_rows(confidence: Any, correct: Any, sigma: float) -> np.ndarray:
+    """``smece(confidence[r], correct[r], sigma=sigma)`` of every row ``r`` of ``[R, k]``
+    arrays at once (to FFT rounding, tested to 1e-9; 1e-13 on continuous data): the grid
+    masses of all rows by one weighted ``bincount`` per sum, the smoothing by one batched
+    FFT: about one evaluation of :func:`smece`'s bandwidth search (of about eleven) a row."""
+    sigma = _check_sigma(sigma)
+    if sigma is None:
+        raise ValueError("smece_rows needs a fixed bandwidth sigma > 0")
+    conf, corr = _rows_pair(confidence, correct)
+    if conf.shape[1] == 0:
+        return np.full(conf.shape[0], np.nan)
+    return _smece_of_masses(_row_masses(conf, corr, _fine_points(sigma)), sigma)
+
+
+def smece_prefix_rows(confidence: Any, correct: Any, counts: Any, sigmas: Any) -> np.ndarray:
+    """``[R, len(counts)]``: :func:`smece_rows` of the leading ``counts[j]`` columns of every
+    row at bandwidth ``sigmas[j]``, for nested prefixes at the cost of one: the grid masses
+    of the longest prefix are accumulated stretch by stretch, each stretch's added once."""
+    conf, corr = _rows_pair(confidence, correct)
+    counts = [int(k) for k in counts]
+    sigmas = [_check_sigma(s) for s in sigmas]
+    if len(sigmas) != len(counts) or any(s is None for s in sigmas):
+        raise ValueError("smece_prefix_rows needs one bandwidth sigma > 0 per count")
+    out = np.full((conf.shape[0], len(counts)), np.nan)
+    for m in sorted({_fine_points(s) for s in sigmas}):
+        masses, done = np.zeros((2, conf.shape[0], m)), 0
+        for j in sorted(range(len(counts)), key=counts.__getitem__):
+            if _fine_points(sigmas[j]) != m or counts[j] == 0:
+                continue
+            if counts[j] > done:
+                masses += _row_masses(conf[:, done:counts[j]], corr[:, done:counts[j]], m)
+                done = counts[j]
+            out[:, j] = _smece_of_masses(masses, sigmas[j])
+    return out
 
 
 class SmoothReliability(NamedTuple):
