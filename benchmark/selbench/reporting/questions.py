@@ -235,7 +235,7 @@ def answer(experiments: Sequence[Mapping[str, Any]], q: Mapping[str, Any], *,
     why = ("the spec's questions.hierarchical is null" if q["hierarchical"] is None
            else hierarchical.unavailable())
     for p, per_seed in asked:
-        if why is None and p["n"]:
+        if why is None and p["n"] >= 2:
             try:
                 _hierarchical(p, per_seed, q, info.lower_is_better,
                               cache_dir if cache_dir is not None else default_cache_dir() / "stan")
@@ -287,9 +287,10 @@ def _hierarchical_md(answers: Mapping[str, Any]) -> list[str]:
         lines += [("The same questions by the hierarchical Bayesian model that also uses the "
                    "seeds inside each experiment (Benavoli, Corani, Demšar & Zaffalon, JMLR "
                    f"2017; baycomp's Stan model through PyStan, ROPE ±{answers['rope']:g}, "
-                   f"{h0['chains']} chains × {h0['nsamples']} draws, seeded): P of each region "
-                   "for the next experiment's difference being the most probable. *δ₀*: the "
-                   "posterior mean of the mean difference a − b."), ""]
+                   f"{h0['chains']} chains × {h0['nsamples']} draws, seeded): each P is the share "
+                   "of posterior draws in which that region is the most probable one for the "
+                   "next experiment's difference. *δ₀*: the posterior mean of the mean "
+                   "difference a − b, in the metric's units."), ""]
         rows = [[_md(p["name"]), f"{h['experiments']} × {h['seeds']}", f"{h['p_a_better']:.3f}",
                  f"{h['p_equal']:.3f}", f"{h['p_b_better']:.3f}", f"{h['delta0_mean']:+.4f}"]
                 for p in done for h in [p["hierarchical"]]]
