@@ -11,7 +11,9 @@ checkout, a few seconds per test afterwards."""
 from __future__ import annotations
 
 import sys
+import tempfile
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -127,6 +129,7 @@ SMALL = {"chains": 2, "nsamples": 300, "warmup": 300}
 
 def test_seeded_and_oriented_by_the_rope(stan_cache):
     a, b = _scores(gain=0.03)  # a clearly better (lower) than b, far beyond the ROPE
+    tmp = set(Path(tempfile.gettempdir()).glob("httpstan_*"))
     got = H.hierarchical(a, b, 0.005, lower_is_better=True, cache_dir=stan_cache, seed=1,
                          **SMALL)
     assert got == H.hierarchical(a, b, 0.005, lower_is_better=True, cache_dir=stan_cache,
@@ -142,6 +145,7 @@ def test_seeded_and_oriented_by_the_rope(stan_cache):
                           **SMALL)
     assert wide["p_equal"] > 0.99
     assert not list(stan_cache.glob("httpstan/*/models/*/fits/*"))  # its fits are deleted
+    assert set(Path(tempfile.gettempdir()).glob("httpstan_*")) == tmp  # and its sockets
 
 
 def test_agrees_with_baycomps_hierarchical_test(stan_cache, monkeypatch, tmp_path):
@@ -156,6 +160,7 @@ def test_agrees_with_baycomps_hierarchical_test(stan_cache, monkeypatch, tmp_pat
                          chains=4, nsamples=1000, warmup=1000)
     monkeypatch.setenv("XDG_CACHE_HOME", str(stan_cache))  # baycomp's build: the same model
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # httpstan leaves its sockets
     ref = baycomp.HierarchicalTest(-a, -b, 0.005, chains=4, nsamples=1000).probs()
     assert (got["p_a_better"], got["p_equal"], got["p_b_better"]) == pytest.approx(ref,
                                                                                   abs=0.04)

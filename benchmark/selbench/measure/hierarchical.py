@@ -34,7 +34,9 @@ cache, which is pointed at ``cache_dir`` (selbench's cache) for the duration of 
 ``XDG_CACHE_HOME`` (httpstan 4 finds its cache only through ``appdirs.user_cache_dir``, which
 honours it on Linux; on macOS appdirs uses ``~/Library/Caches`` whatever the variable says).
 A seeded fit is kept by httpstan (≈5 MB per 1,000 draws at 24 experiments × 5 seeds); the
-fits a call adds are deleted when it has read them. Stan's progress output is captured, not
+fits a call adds are deleted when it has read them. httpstan's temporary files (its compile
+folder, the socket of each sampling) go to a temporary folder that is removed when the call
+ends. Stan's progress output is captured, not
 printed; it is shown only when building or sampling fails.
 """
 
@@ -43,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -140,17 +143,23 @@ def region_samples(delta0: np.ndarray, std0: np.ndarray, nu: np.ndarray,
 
 @contextlib.contextmanager
 def _stan_cache(cache_dir: Path) -> Iterator[None]:
-    """httpstan's cache under ``cache_dir`` while the block runs (see the module's text)."""
+    """httpstan's cache under ``cache_dir`` while the block runs (see the module's text), and
+    Python's temporary folder a fresh one that is removed afterwards: httpstan 4.13 binds a
+    Unix socket ``httpstan_*.sock`` per sampling in ``tempfile.gettempdir()`` and never
+    removes the file (measured: one left in /tmp per call)."""
     cache_dir.mkdir(parents=True, exist_ok=True)
-    old = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(cache_dir)
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["XDG_CACHE_HOME"]
-        else:
-            os.environ["XDG_CACHE_HOME"] = old
+    old_env, old_tmp = os.environ.get("XDG_CACHE_HOME"), tempfile.tempdir
+    with tempfile.TemporaryDirectory(prefix="selbench-stan-") as tmp:
+        os.environ["XDG_CACHE_HOME"] = str(cache_dir)
+        tempfile.tempdir = tmp
+        try:
+            yield
+        finally:
+            tempfile.tempdir = old_tmp
+            if old_env is None:
+                del os.environ["XDG_CACHE_HOME"]
+            else:
+                os.environ["XDG_CACHE_HOME"] = old_env
 
 
 def _sample(data: dict, seed: int, chains: int, nsamples: int, warmup: int
