@@ -164,6 +164,16 @@ def test_questions_are_in_the_hash_and_leave_specs_without_them_as_they_were():
     assert asked.canonical()["questions"]["metric"] == "ece1"
     assert len({plain.hash(), asked.hash(), costly.hash()}) == 3
     assert {k: v for k, v in asked.canonical().items() if k != "questions"} == plain.canonical()
+    # the hierarchical model's sampling: the default leaves the hash as it was, a choice is in it
+    assert "hierarchical" not in asked.canonical()["questions"]
+    pair = [{"name": "q", "a": "Confidence", "b": "None"}]
+    same = load_spec(_with_questions({"rope": 0.01, "pairs": pair, "hierarchical": {
+        "chains": 4, "samples": 2500, "warmup": 1000}}))
+    off = load_spec(_with_questions({"rope": 0.01, "pairs": pair, "hierarchical": None}))
+    assert same.hash() == asked.hash() and off.hash() != asked.hash()
+    assert off.canonical()["questions"]["hierarchical"] is None
+    assert any("questions.hierarchical.chains" in e for e in _problems(_with_questions(
+        {"rope": 0.01, "pairs": pair, "hierarchical": {"chains": 0}})))
 
 
 # --------------------------------------------------------------------------- the answers
@@ -184,7 +194,7 @@ def test_answers_on_hand_made_tables():
         if i == 7:
             del table["H"]  # H is missing: the best_of question does not enter this one
         exps.append(_exp(f"e{i}", table))
-    q = {"rope": 0.005, "metric": "ece1", "alpha": 0.05, "pairs": [
+    q = {"rope": 0.005, "metric": "ece1", "alpha": 0.05, "hierarchical": None, "pairs": [
         {"name": "joint vs seq", "a": "J", "b": "S"},
         {"name": "joint vs best recal", "a": "J", "b": {"best_of": ["H", "T"]}}]}
     ans = Q.answer(exps, q)
@@ -215,13 +225,13 @@ def test_answers_on_hand_made_tables():
 
 def test_few_experiments_say_what_the_test_cannot_reach():
     exps = [_exp(f"e{i}", {"A": [0.01 * i + 0.01], "B": [0.01 * i + 0.05]}) for i in range(3)]
-    ans = Q.answer(exps, {"rope": 0.0, "metric": "ece1", "alpha": 0.05,
+    ans = Q.answer(exps, {"rope": 0.0, "metric": "ece1", "alpha": 0.05, "hierarchical": None,
                           "pairs": [{"name": "q", "a": "A", "b": "B"}]})
     (p,) = ans["pairs"]
     assert p["wilcoxon"]["p_value"] == pytest.approx(0.25) and p["p_holm"] == pytest.approx(0.25)
     assert p["verdict"].startswith("no significant difference: with 3 nonzero differences the "
                                    "test cannot reach p below 0.05")
-    one = Q.answer(exps[:1], {"rope": 0.0, "metric": "ece1", "alpha": 0.05,
+    one = Q.answer(exps[:1], {"rope": 0.0, "metric": "ece1", "alpha": 0.05, "hierarchical": None,
                               "pairs": [{"name": "q", "a": "A", "b": "B"}]})
     assert one["pairs"][0]["verdict"] == "not answered: 1 experiment(s) hold both methods"
     assert one["pairs"][0]["p_holm"] is None
@@ -246,7 +256,9 @@ def asked_run(tmp_path_factory):
         e["dataset"]["params"]["sigma"] = sigma
         exps.append(e)
     spec = {"spec_version": 1, "name": "asked", "seeds": [0, 1], "experiments": exps,
-            "cost": True, "questions": {"rope": 0.005, "pairs": [
+            # the hierarchical model is tested in test_hierarchical.py (its Stan build is
+            # shared there; this run's cache is new)
+            "cost": True, "questions": {"rope": 0.005, "hierarchical": None, "pairs": [
                 {"name": "selection vs none", "a": "Confidence", "b": "None"},
                 {"name": "selection vs best recalibration", "a": "Confidence",
                  "b": {"best_of": ["None", "Temp. scale"]}}]}}
@@ -261,6 +273,8 @@ def test_a_run_answers_its_questions_and_shows_its_cost(asked_run, monkeypatch):
     board = json.loads((out / "leaderboard.json").read_text())
     ans = board["summary"]["questions"]
     assert ans["rope"] == 0.005 and ans["metric"] == "ece1" and len(ans["pairs"]) == 2
+    assert ans["hierarchical_note"] == "not run: the spec's questions.hierarchical is null"
+    assert ans["pairs"][0]["hierarchical"] is None
     means = board["summary"]["metrics"]["ece1"]["means"]
     first = ans["pairs"][0]
     assert first["a_means"] == pytest.approx({e: means[e]["Confidence"] for e in means})

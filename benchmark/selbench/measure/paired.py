@@ -23,10 +23,8 @@ mean over the seeds both have. Orientation: ``lower_is_better`` is the metric's 
   are the fractions of posterior samples in which each region is the most probable one
   (baycomp's ``Posterior.probs``).
 
-The hierarchical model of Benavoli, Corani, Demšar & Zaffalon (JMLR 2017), which would also
-use the seeds inside each experiment (``baycomp.HierarchicalTest``), needs PyStan (a C++
-toolchain and httpstan), writes ``last-sample.pickle`` into the working directory and does
-not pass its seed to Stan: it is not run here (:data:`HIERARCHICAL_NOTE`).
+The hierarchical model of Benavoli, Corani, Demšar & Zaffalon (JMLR 2017), which also uses
+the seeds inside each experiment, is :mod:`selbench.measure.hierarchical`.
 """
 
 from __future__ import annotations
@@ -40,7 +38,6 @@ from selbench.measure.stats import ZERO_TOL
 
 __all__ = [
     "BAYES_NAME",
-    "HIERARCHICAL_NOTE",
     "NSAMPLES",
     "PRIOR",
     "WILCOXON_NAME",
@@ -60,9 +57,6 @@ BAYES_NAME = ("Bayesian signed-rank test over experiments with a ROPE (baycomp.S
               "Benavoli et al., ICML 2014), on the means over seeds; prior strength 0.5; "
               "probabilities: the share of posterior samples in which each region is the most "
               "probable")
-HIERARCHICAL_NOTE = ("the hierarchical model that also uses the seeds (baycomp.HierarchicalTest, "
-                     "Benavoli et al., JMLR 2017) is not run: it needs PyStan, writes "
-                     "last-sample.pickle into the working directory and does not seed Stan")
 
 
 def _pairs(a: Sequence[float], b: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:

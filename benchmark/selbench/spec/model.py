@@ -26,6 +26,7 @@ from pydantic_core import PydanticCustomError
 from selbench.contract.inputs import InputSpec, declared_inputs, resolve_path
 from selbench.contract.registry import Registry
 from selbench.contract.search import SearchError, Tune
+from selbench.measure import hierarchical as hier
 from selbench.measure.guarantee import RISK_GUARANTEE_COLUMNS
 from selbench.measure.metrics import DEFAULT_BETAS, DEFAULT_COLUMNS, METRICS, unknown_metric
 from selbench.spec.executor import ExecutorOptions
@@ -322,6 +323,15 @@ class QuestionPair(_Model):
         return [self.a] + ([self.b] if isinstance(self.b, str) else list(self.b.best_of))
 
 
+class HierarchicalSpec(_Model):
+    """How the hierarchical Bayesian model (:mod:`selbench.measure.hierarchical`) is sampled
+    for each question: Stan chains, posterior draws per chain, warm-up iterations per chain."""
+
+    chains: int = Field(hier.CHAINS, ge=1, le=16)
+    samples: int = Field(hier.NSAMPLES, ge=100, description="posterior draws per chain")
+    warmup: int = Field(hier.WARMUP, ge=100, description="warm-up iterations per chain")
+
+
 class QuestionsSpec(_Model):
     """Questions written in the spec before any number exists, each answered across the
     experiments by a paired test and a Bayesian comparison with a stated ROPE
@@ -333,6 +343,10 @@ class QuestionsSpec(_Model):
                                             "beta where the experiment reports auc")
     alpha: float = Field(0.05, gt=0.0, lt=1.0, description="family-wise level (Holm)")
     pairs: list[QuestionPair] = Field(min_length=1)
+    hierarchical: HierarchicalSpec | None = Field(
+        default_factory=HierarchicalSpec,
+        description="the hierarchical model over experiments and seeds (needs PyStan: "
+                    "selbench[stats]); null: not run")
 
     @field_validator("metric")
     @classmethod
@@ -525,6 +539,8 @@ class ResolvedSpec:
         for key in ("questions", "cost"):  # specs without them keep the hash they had
             if not data.get(key):
                 del data[key]
+        if data.get("questions", {}).get("hierarchical") == HierarchicalSpec().model_dump():
+            del data["questions"]["hierarchical"]  # specs that leave it keep their hash
         for d in data["experiments"]:  # untuned specs keep the canonical form they had
             if d.get("tuning", 0) is None:
                 del d["tuning"]
