@@ -157,7 +157,11 @@ def test_failed_job_is_reported_and_finished_cells_are_reused(site, reference, t
     assert "1 of 3 job(s) failed" in msg and "method 'Flaky'" in msg and "seed(s) 0, 1" in msg
     log = out / "logs" / "local" / f"{failure.unit.log_name()}.log"
     assert failure.log == str(log) and "RuntimeError" in log.read_text()
-    assert not (out / "leaderboard.md").exists()  # rendered only once every cell is in
+    assert str(out / "leaderboard.md") in msg  # the finished methods' leaderboard, Flaky failed
+    tables = json.loads((out / "leaderboard.json").read_text())
+    assert [r["method"] for r in tables["experiments"][0]["rows"]] == ["None", "S-MMCE sequential"]
+    assert [(f["method"], f["seeds"]) for f in tables["experiments"][0]["failed"]] == [
+        ("Flaky", [0, 1])]
     assert len(list((out / "cells").rglob("*.json"))) == 4  # the other methods' cells stay
 
     monkeypatch.delenv("SELBENCH_TEST_FLAKY")
