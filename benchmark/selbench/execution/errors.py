@@ -6,7 +6,7 @@ extraction, jobs) and the executors raise and catch them without importing one a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["MethodFailure", "MethodsFailed", "RunError"]
 
@@ -24,6 +24,8 @@ class MethodFailure:
     method: str
     seeds: tuple[int, ...]
     error: str
+    #: the exception it failed with (chained to the run's error, for ``--debug``)
+    cause: BaseException | None = field(default=None, compare=False, repr=False)
 
     def entry(self) -> dict:
         """The failed row as the leaderboard takes it (JSON-ready)."""

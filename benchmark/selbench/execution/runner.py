@@ -240,7 +240,7 @@ def _run_locked(resolved, results, cache, dev, progress, plots, force, only, tqd
         raise jobs_failed.with_leaderboard(report.files[0])
     if failed:
         n_methods = len({(c.e_i, c.m_i) for c in cells})
-        raise MethodsFailed(failed, n_methods, report.files[0])
+        raise MethodsFailed(failed, n_methods, report.files[0]) from failed[0].cause
     return report
 
 
@@ -269,7 +269,7 @@ def _run_inline(resolved, results, cache, ident, todo, dev, progress, spec_hash,
                 except RunError as exc:
                     exp = resolved.spec.experiments[e_i]
                     failed.append(MethodFailure(exp.name, exp.methods[group[0].m_i].label,
-                                                tuple(c.seed for c in group), str(exc)))
+                                                tuple(c.seed for c in group), str(exc), exc))
     finally:
         bar.close()
     return failed
