@@ -141,3 +141,12 @@ def test_param_attributes_declares_a_stored_name():
         param_attributes = {"k": "width"}
 
     check_plugin("selector", Declared, checks=["check_init_stores_params", "check_clone"])
+
+
+def test_checks_chosen_without_the_parameter_check_still_name_it():
+    with pytest.raises(ConformanceError) as info:
+        check_plugin("selector", Renamed, checks=["check_clone", "check_score_output"])
+    (error,) = info.value.errors
+    assert error.check == "check_init_stores_params"
+    assert "'k' is not stored as self.k" in str(error)
+    assert str(error).endswith("(the other 2 checks were not run: fix this first)")

@@ -215,19 +215,12 @@ def _run_locked(resolved, results, cache, dev, progress, plots, force, only, tqd
     report.reused = len(cells) - len(todo)
     for reason, n in report.reasons.items():
         print(f"{n} cell(s) recomputed: {reason}", file=sys.stderr)
-    failed: list[MethodFailure] = []
-    jobs_failed: JobsFailed | None = None
     if options is not None and options.name != "inline":
-        try:
-            _run_jobs(resolved, results, cache, ident, todo, force, only, dev,
-                      requested_device, options, progress, report)
-        except JobsFailed as exc:
-            if any(f.unit.stage != "fit" for f in exc.failures):
-                raise  # backbone outputs missing: no method ran
-            jobs_failed = exc
-            failed = [MethodFailure(f.unit.experiment, str(f.unit.method), f.unit.seeds,
-                                    f.error) for f in exc.failures]
+        failed, jobs_failed = _run_jobs_keeping_failures(
+            resolved, results, cache, ident, todo, force, only, dev, requested_device,
+            options, progress, report)
     else:
+        jobs_failed = None
         failed = _run_inline(resolved, results, cache, ident, todo, dev, progress,
                              prov["spec_hash"], report, tqdm, known)
     entries = [f.entry() for f in failed]
@@ -273,6 +266,19 @@ def _run_inline(resolved, results, cache, ident, todo, dev, progress, spec_hash,
     finally:
         bar.close()
     return failed
+
+
+def _run_jobs_keeping_failures(*args) -> tuple[list[MethodFailure], JobsFailed | None]:
+    """:func:`_run_jobs`; the method jobs that failed as failures (and their error), for
+    the leaderboard of the others. A failed extraction job is raised: no method ran."""
+    try:
+        _run_jobs(*args)
+    except JobsFailed as exc:
+        if any(f.unit.stage != "fit" for f in exc.failures):
+            raise
+        return [MethodFailure(f.unit.experiment, str(f.unit.method), f.unit.seeds, f.error)
+                for f in exc.failures], exc
+    return [], None
 
 
 def _run_jobs(resolved, results, cache, ident, todo, force, only, dev, requested_device,

@@ -305,19 +305,7 @@ def check_plugin(kind: str, plugin: Any, params: Mapping[str, Any] | None = None
                                  f"{reasons[name]}")
     selected = [c for c in found
                 if (wanted is None or c.name in wanted or c._spec is None) and c.name not in skip]
-    failures: list[ConformanceError] = []
-    waiting: list[str] = []  # not run while the parameter rule is broken
-    for check in selected:
-        try:
-            check()
-        except ConformanceError as exc:
-            failures.append(exc)
-        except CheckSkipped as exc:
-            if str(exc).startswith(f"not run while the plugin breaks {PARAMS_CHECK}"):
-                waiting.append(check.name)
-                continue
-            warnings.warn(ConformanceWarning(f"{check.plugin}: {check.name}: skipped: {exc}"),
-                          stacklevel=2)
+    failures, waiting = _run_all(selected)
     if waiting and len(failures) == 1:
         first = failures[0]
         raise ConformanceError(first.plugin, first.check, f"{first.detail} (the other "
@@ -332,6 +320,30 @@ def check_plugin(kind: str, plugin: Any, params: Mapping[str, Any] | None = None
         raise ConformanceError(
             plugin_label, None,
             f"broke {len(failures)} of {len(selected)} checks:\n{lines}", failures)
+
+
+def _run_all(selected: list[Check]) -> tuple[list[ConformanceError], list[str]]:
+    """Run the checks: their failures (warning about the checks that could not run), and
+    the names of those that waited for the parameter rule (:data:`PARAMS_CHECK`); when that
+    check was not among them, its failure is reported all the same."""
+    failures: list[ConformanceError] = []
+    waiting: list[str] = []
+    for check in selected:
+        try:
+            check()
+        except ConformanceError as exc:
+            failures.append(exc)
+        except CheckSkipped as exc:
+            if str(exc).startswith(f"not run while the plugin breaks {PARAMS_CHECK}"):
+                waiting.append(check.name)
+                continue
+            warnings.warn(ConformanceWarning(f"{check.plugin}: {check.name}: skipped: {exc}"),
+                          stacklevel=2)
+    if waiting and not any(f.check == PARAMS_CHECK for f in failures):
+        subject = selected[0]._subject
+        failures.insert(0, ConformanceError(subject.label, PARAMS_CHECK,
+                                            str(params_problem(subject))))
+    return failures, waiting
 
 
 ExpectedFailures = Mapping[str, str] | Callable[[str, Any, str], "str | None"]

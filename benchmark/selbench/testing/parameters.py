@@ -51,9 +51,10 @@ def _stored_as(obj: Any, value: Any, names: list[str]) -> list[str]:
                   and (v is value or same(v, value)))
 
 
-def _problem(s: Subject, obj: Any) -> str | None:
+def _problem(s: Subject, obj: Any) -> tuple[str, bool] | None:
     """What is wrong with how ``obj`` (built by the subject's factory) stores its
-    parameters, or None."""
+    parameters, and whether it breaks ``get_params`` itself (what the other checks stand
+    on: a parameter not stored at all), or None."""
     cls = type(obj)
     if not callable(getattr(obj, "get_params", None)):
         return None  # not the kind's base class: check_base_class says so
@@ -71,25 +72,29 @@ def _problem(s: Subject, obj: Any) -> str | None:
             return (f"__init__ argument {name!r} is not stored as self.{attr}{hint}; store "
                     f"each argument unchanged under its own name (self.{name} = {name}), or "
                     f"declare param_attributes = {{{name!r}: '<attribute>'}}, so that "
-                    "get_params(), set_params() and sklearn.base.clone can read it back")
+                    "get_params(), set_params() and sklearn.base.clone can read it back",
+                    True)
     try:
         got = obj.get_params(deep=False)
     except Exception as exc:
-        return f"get_params(deep=False) raised {fmt_exc(exc)}"
+        return f"get_params(deep=False) raised {fmt_exc(exc)}", True
     if sorted(got) != sorted(names):
         return (f"get_params(deep=False) returned the parameters {sorted(got)}, but __init__ "
-                f"takes {sorted(names)}")
+                f"takes {sorted(names)}", True)
     for name in names:
         if passed is not None and name in passed and not same(got[name], passed[name]):
             return (f"__init__ stored {name}={got[name]!r}, but {passed[name]!r} was passed; "
                     "store each argument unchanged (validate or convert it in fit, not in "
-                    "__init__), so that sklearn.base.clone rebuilds the same plugin")
+                    "__init__), so that sklearn.base.clone rebuilds the same plugin", False)
     return None
 
 
 def params_problem(s: Subject) -> str | None:
-    """The subject's broken parameter rule (None when its parameters are stored as asked,
-    or it cannot be built: other checks say so), worked out once per subject."""
+    """How the subject breaks the parameter rule so that ``get_params`` itself fails (a
+    parameter not stored under its name): what the kit's other checks stand on, so they wait
+    for it. None when ``get_params`` works (a value stored changed is check_clone's and
+    this check's failure, not a cascade), or the plugin cannot be built (other checks say
+    so). Worked out once per subject."""
     if "params_problem" not in s.notes:
         try:
             obj = s.factory()
@@ -97,7 +102,8 @@ def params_problem(s: Subject) -> str | None:
             s.notes["params_problem"] = None
         else:
             s.notes["params_problem"] = _problem(s, obj)
-    return s.notes["params_problem"]
+    found = s.notes["params_problem"]
+    return found[0] if found is not None and found[1] else None
 
 
 @register_check(*KINDS)
@@ -111,4 +117,4 @@ def check_init_stores_params(s: Subject) -> None:
     problem = _problem(s, obj)
     s.notes["params_problem"] = problem
     if problem is not None:
-        raise Broken(problem)
+        raise Broken(problem[0])
