@@ -157,7 +157,11 @@ def test_failed_job_is_reported_and_finished_cells_are_reused(site, reference, t
     assert "1 of 3 job(s) failed" in msg and "method 'Flaky'" in msg and "seed(s) 0, 1" in msg
     log = out / "logs" / "local" / f"{failure.unit.log_name()}.log"
     assert failure.log == str(log) and "RuntimeError" in log.read_text()
-    assert not (out / "leaderboard.md").exists()  # rendered only once every cell is in
+    assert str(out / "leaderboard.md") in msg  # the finished methods' leaderboard, Flaky failed
+    tables = json.loads((out / "leaderboard.json").read_text())
+    assert [r["method"] for r in tables["experiments"][0]["rows"]] == ["None", "S-MMCE sequential"]
+    assert [(f["method"], f["seeds"]) for f in tables["experiments"][0]["failed"]] == [
+        ("Flaky", [0, 1])]
     assert len(list((out / "cells").rglob("*.json"))) == 4  # the other methods' cells stay
 
     monkeypatch.delenv("SELBENCH_TEST_FLAKY")
@@ -172,13 +176,17 @@ def test_failed_job_is_reported_and_finished_cells_are_reused(site, reference, t
 
 
 def test_killed_worker_then_rerun_recomputes_nothing_that_finished(site, reference, tmp_path,
-                                                                  monkeypatch):
+                                                                  monkeypatch, capsys):
     out = tmp_path / "out"
     monkeypatch.setenv("SELBENCH_TEST_FLAKY", "exit")  # the worker process dies
     with pytest.raises(JobsFailed, match="worker process died") as info:
         # one worker: the jobs run in order, the flaky (last) one kills it
         run(spec(), out_dir=out, progress=False, plots=False, executor="local", workers=1)
     assert [f.unit.method for f in info.value.failures] == ["Flaky"]
+    # the pool's recovery says so even without progress output (issue 34): one line
+    warned = [ln for ln in capsys.readouterr().err.splitlines() if "worker process died" in ln]
+    assert warned == ["selbench: warning: a worker process died; finding which of 1 running "
+                      "job(s) killed it, and resubmitting 0 other job(s)"]
     finished = sorted(p.relative_to(out) for p in (out / "cells").rglob("*.json"))
     assert len(finished) == 4
     before = {p: (out / p).read_bytes() for p in finished}

@@ -174,11 +174,11 @@ def test_misbehaving_plugin_and_bad_sizes_are_named(tmp_path, monkeypatch):
     from selbench_plugins.selectors.baselines import NoSelector
 
     monkeypatch.setattr(NoSelector, "score", lambda self, outputs, confidence: np.ones(3))
-    with pytest.raises(RunError, match=r"methods\[0\] \('None'\): selector 'none'.*\.score returned shape \(3,\), expected \(600,\)"):
+    with pytest.raises(RunError, match=r"\n  - experiments\[0\].methods\[0\] \('None'\), seed\(s\) 0: selector 'none'.*\.score returned shape \(3,\), expected \(600,\)"):
         run(tiny_spec(), out_dir=tmp_path / "b", progress=False, plots=False)
     # a plugin's own ValueError is reported with the method it came from, not as a traceback
     monkeypatch.setattr(NoSelector, "fit", lambda self, o, c, ctx: (_ for _ in ()).throw(ValueError("bad input")))
-    with pytest.raises(RunError, match=r"^experiments\[0\].methods\[0\] \('None'\): selector 'none'.* raised ValueError: bad input while fitting$"):
+    with pytest.raises(RunError, match=r"\n  - experiments\[0\].methods\[0\] \('None'\), seed\(s\) 0, 1: selector 'none'.* raised ValueError: bad input while fitting\n"):
         run(tiny_spec(), out_dir=tmp_path / "c", progress=False, plots=False)
 
 

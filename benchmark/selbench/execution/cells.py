@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import pickle
 import sys
 import time
@@ -102,7 +103,9 @@ class _Method:
         self.spec_hash = spec_hash
         self.exp: ExperimentSpec = resolved.spec.experiments[e_i]
         self.method: MethodSpec = self.exp.methods[m_i]
-        self.where = f"experiments[{e_i}].methods[{m_i}] ({self.method.label!r})"
+        self.place = f"experiments[{e_i}].methods[{m_i}] ({self.method.label!r})"
+        #: the seeds of the cells being fitted or evaluated, which a failure names
+        self.seeds: tuple[int, ...] = ()
         self.names = {attr: describe_plugin(resolved, kind, comp)
                       for kind, attr, comp in method_fields(self.method)}
         self.factories = [(self.names[attr], resolved.registry.get(kind, comp.name).plugin.factory)
@@ -114,6 +117,17 @@ class _Method:
         except ParamsError as exc:  # pragma: no cover
             raise SpecError([f"experiments[{e_i}].methods[{m_i}].{e}" for e in exc.errors],
                             resolved.source) from None
+
+    @property
+    def where(self) -> str:
+        """Where a failure happened: the method, the seeds at work and the parameters the
+        spec gives its plugins (``recalibrator 'x' {"n_bins": 20}``)."""
+        parts = [self.place]
+        if self.seeds:
+            parts.append("seed(s) " + ", ".join(str(s) for s in dict.fromkeys(self.seeds)))
+        parts += [f"{attr} {comp.name!r} {json.dumps(comp.params, sort_keys=True)}"
+                  for _, attr, comp in method_fields(self.method) if comp.params]
+        return ", ".join(parts)
 
     def estimator(self, seed: int, beta: float, device: str,
                   chosen: dict | None = None) -> SelectiveRecalibrator:
@@ -464,8 +478,10 @@ def fit_cells(resolved: ResolvedSpec, group: list[Cell], outputs: dict[str, Mode
     try:
         if bar is not None:
             bar.set_postfix_str(f"{exp.name}: {m.method.label} ({len(group)} replicas)")
+        m.seeds = tuple(c.seed for c in group)
         fitted = {} if tuned else fit_group(resolved, group, outputs, dev, m.build("scheme"), m)
         for cell in group:
+            m.seeds = (cell.seed,)
             if bar is not None:
                 bar.set_postfix_str(f"{exp.name}: {m.method.label} seed {cell.seed}")
             info = None

@@ -19,7 +19,7 @@ from typing import Any
 
 from selbench.contract.data import ModelOutputs
 from selbench.execution.cells import fit_cells, method_groups
-from selbench.execution.errors import RunError
+from selbench.execution.errors import RunError, leaderboard_note
 from selbench.execution.extraction import Extraction, experiment_outputs
 from selbench.execution.keys import identify, plan_cells
 from selbench.execution.results_api import RunReport
@@ -158,12 +158,21 @@ class JobFailure:
 class JobsFailed(RunError):
     """Some jobs of a distributed run failed; finished cells are kept (rerun to resume)."""
 
-    def __init__(self, failures: list[JobFailure], total: int):
+    def __init__(self, failures: list[JobFailure], total: int, leaderboard=None):
         self.failures = failures
-        lines = [f"{len(failures)} of {total} job(s) failed; the cells that finished are "
-                 "saved, rerun the same command (or add --retries N) to compute the rest:"]
+        self.total = total
+        self.leaderboard = leaderboard
+        done = "the cells that finished are saved"
+        if leaderboard is not None:
+            done += f" and {leaderboard_note(leaderboard, len(failures))}"
+        lines = [f"{len(failures)} of {total} job(s) failed; {done}; rerun the same command "
+                 "(or add --retries N) to compute the rest:"]
         lines += [f.line() for f in failures]
         super().__init__("\n".join(lines))
+
+    def with_leaderboard(self, path) -> JobsFailed:
+        """This error, saying that the leaderboard of the finished methods is at ``path``."""
+        return JobsFailed(self.failures, self.total, path)
 
 
 def _submit(backend, task, units: list[Unit], retries: int, progress: bool,

@@ -353,10 +353,10 @@ class LocalBackend(Backend):
             died = self._pool(ctx, task, units, pending, finish, self.workers)
             running = [i for i, state in died if state == _RUNNING]
             pending = [i for i, state in died if state != _RUNNING]
-            if died and progress:
-                print(f"selbench: a worker process died; finding which of {len(running)} "
-                      f"running job(s) killed it, and resubmitting {len(pending)} other "
-                      "job(s)", file=sys.stderr)
+            if died:  # printed with or without progress: a recovery is never silent
+                print(f"selbench: warning: a worker process died; finding which of "
+                      f"{len(running)} running job(s) killed it, and resubmitting "
+                      f"{len(pending)} other job(s)", file=sys.stderr)
             for i in running:
                 if len(running) == 1 or self._pool(ctx, task, units, [i], finish, 1):
                     finish(i, Outcome(False, error=DIED if len(running) == 1 else

@@ -45,7 +45,7 @@ import yaml
 
 from selbench.execution.cells import fit_cells, method_groups
 from selbench.execution.distributed import JobsFailed, run_distributed, work_context
-from selbench.execution.errors import RunError
+from selbench.execution.errors import MethodFailure, MethodsFailed, RunError
 from selbench.execution.extraction import experiment_outputs
 from selbench.execution.keys import Cell, identify, plan_cells, provenance, why_recomputed
 from selbench.execution.results_api import Leaderboard, RunReport, RunResults
@@ -55,7 +55,7 @@ from selbench.store.cache import OutputCache
 from selbench.store.results import LEGACY, CellRecord, ResultsDir, ResultsError, RunRecord, slug
 from selbench.training.devices import resolve_device
 
-__all__ = ["JobsFailed", "Leaderboard", "RunError", "RunReport", "RunResults", "fit_indices",
+__all__ = ["JobsFailed", "Leaderboard", "MethodsFailed", "RunError", "RunReport", "RunResults", "fit_indices",
            "resolve_device", "run", "slug"]
 
 
@@ -216,25 +216,43 @@ def _run_locked(resolved, results, cache, dev, progress, plots, force, only, tqd
     for reason, n in report.reasons.items():
         print(f"{n} cell(s) recomputed: {reason}", file=sys.stderr)
     if options is not None and options.name != "inline":
-        _run_jobs(resolved, results, cache, ident, todo, force, only, dev, requested_device,
-                  options, progress, report)
+        failed, jobs_failed = _run_jobs_keeping_failures(
+            resolved, results, cache, ident, todo, force, only, dev, requested_device,
+            options, progress, report)
     else:
-        _run_inline(resolved, results, cache, ident, todo, dev, progress, prov["spec_hash"],
-                    report, tqdm, known)
-    report.files = write_leaderboard(results.root, known=known, html=not plots)
+        jobs_failed = None
+        failed = _run_inline(resolved, results, cache, ident, todo, dev, progress,
+                             prov["spec_hash"], report, tqdm, known)
+    report.files = _write_outputs(results.root, write_leaderboard, known, failed, plots)
+    if jobs_failed is not None:
+        raise jobs_failed.with_leaderboard(report.files[0])
+    if failed:
+        n_methods = len({(c.e_i, c.m_i) for c in cells})
+        raise MethodsFailed(failed, n_methods, report.files[0]) from failed[0].cause
+    return report
+
+
+def _write_outputs(root, write_leaderboard, known, failed, plots) -> list:
+    """The leaderboard of what finished (failed methods marked), then the figures and the
+    page that shows them."""
+    files = write_leaderboard(root, known=known, failed=[f.entry() for f in failed],
+                              html=not plots)
     if plots:
         from selbench.reporting.html import write_page
         from selbench.reporting.plots import write_plots
 
-        report.files += write_plots(results.root)
-        report.files.append(write_page(results.root))  # the page shows the figures
-    return report
+        files += write_plots(root, allow_partial=bool(failed))
+        files.append(write_page(root))  # the page shows the figures
+    return files
 
 
 def _run_inline(resolved, results, cache, ident, todo, dev, progress, spec_hash, report,
-                tqdm, known) -> None:
+                tqdm, known) -> list[MethodFailure]:
     """Every unfinished cell in this process, one method (one ``fit_many``) at a time; each
-    record written is added to ``known`` (by absolute path) for the leaderboard."""
+    record written is added to ``known`` (by absolute path) for the leaderboard. A method
+    that fails (a :class:`RunError`) is set aside with its error and the run goes on with
+    the next one: the failures are returned, none of the failed cells is written."""
+    failed: list[MethodFailure] = []
     by_exp: dict[int, list[Cell]] = {}
     for c in todo:
         by_exp.setdefault(c.e_i, []).append(c)
@@ -248,9 +266,28 @@ def _run_inline(resolved, results, cache, ident, todo, dev, progress, spec_hash,
                     report.computed += 1
                     bar.update(1)
 
-                fit_cells(resolved, group, outputs, dev, results, spec_hash, written, bar)
+                try:
+                    fit_cells(resolved, group, outputs, dev, results, spec_hash, written, bar)
+                except RunError as exc:
+                    exp = resolved.spec.experiments[e_i]
+                    failed.append(MethodFailure(exp.name, exp.methods[group[0].m_i].label,
+                                                tuple(c.seed for c in group), str(exc), exc))
     finally:
         bar.close()
+    return failed
+
+
+def _run_jobs_keeping_failures(*args) -> tuple[list[MethodFailure], JobsFailed | None]:
+    """:func:`_run_jobs`; the method jobs that failed as failures (and their error), for
+    the leaderboard of the others. A failed extraction job is raised: no method ran."""
+    try:
+        _run_jobs(*args)
+    except JobsFailed as exc:
+        if any(f.unit.stage != "fit" for f in exc.failures):
+            raise
+        return [MethodFailure(f.unit.experiment, str(f.unit.method), f.unit.seeds, f.error)
+                for f in exc.failures], exc
+    return [], None
 
 
 def _run_jobs(resolved, results, cache, ident, todo, force, only, dev, requested_device,

@@ -39,6 +39,13 @@ experiment's outputs have neither. A spec with a ``questions:`` block gets its a
 (:mod:`selbench.reporting.questions`); a spec with ``cost: true`` a "Cost" section and
 ``fit_seconds`` CSV rows (:mod:`selbench.reporting.cost`).
 
+**Failed methods.** When a run could not finish some methods (a plugin failed for one of
+them), the runner still writes the leaderboard of the others and passes the failures in
+(``failed=``): each failed method is left out of ``rows`` (so it is never ranked or marked
+best) and listed under its experiment's ``failed`` (``{"method", "seeds", "error"}``); the
+Markdown shows it as a row of "failed" with the reason under the table, the CSV as rows with
+empty numbers and the reason in a last ``error`` column (present only then).
+
 The Markdown holds no dates or timings (unless the spec sets ``cost: true``), so an
 interrupted-and-resumed run renders it byte for byte like an uninterrupted one; the JSON
 carries the full provenance (dates, versions, device, timings).
@@ -61,6 +68,7 @@ from selbench.measure import stats as S
 from selbench.measure.guarantee import RISK_GUARANTEE_COLUMNS
 from selbench.measure.metrics import DEFAULT_COLUMNS, auc, metric_info
 from selbench.reporting import cost, questions, ranking
+from selbench.reporting.failed import failed_body, failed_csv_rows, failed_lines, failed_note
 from selbench.reporting.html import write_page
 from selbench.reporting.loading import LeaderboardError, ResultSet, load_results, short_hash
 from selbench.reporting.tuned import tuning_entry, tuning_line
@@ -264,13 +272,16 @@ def _method_row(results: ResultSet, exp: dict, label: str, cols: Sequence[Column
     }
 
 
-def _experiment_table(results: ResultSet, exp: dict) -> dict[str, Any]:
-    """One experiment's table: its rows (best marked) and what the renderers show of it."""
+def _experiment_table(results: ResultSet, exp: dict,
+                      failed: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """One experiment's table: its rows (best marked) and what the renderers show of it;
+    the methods of ``failed`` (this experiment's failures) are listed, not tabulated."""
     betas = [float(b) for b in exp["betas"]]
     level = _boot_level(results, exp["name"])
     cols = columns_for(exp)
+    out = {f["method"] for f in failed}
     rows = [_method_row(results, exp, method["label"], cols, betas, level)
-            for method in exp["methods"]]
+            for method in exp["methods"] if method["label"] not in out]
     shared = any(c.get("shared_fit_rows") for c in results.cells
                  if c.get("experiment") == exp["name"])
     _mark_best(rows, test=not shared)
@@ -291,18 +302,25 @@ def _experiment_table(results: ResultSet, exp: dict) -> dict[str, Any]:
         "metrics": [c.key for c in cols],
         "bootstrap_level": level,
         "rows": rows,
+        **({"failed": [{"method": f["method"], "seeds": [int(x) for x in f["seeds"]],
+                        "error": str(f["error"])} for f in failed]} if failed else {}),
     }
 
 
-def tables_from(results: ResultSet) -> dict[str, Any]:
+def tables_from(results: ResultSet,
+                failed: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """Aggregate a :class:`~selbench.reporting.loading.ResultSet` into per-experiment tables
     (JSON-ready).
 
     A ``ranking`` metric (one value per cell, e.g. AURC) is summarised by that value in an
     ``auc`` table (by the AUC of its per-β values for ``per_beta`` experiments, where each
     β has a cell of its own). Each entry carries, under ``bootstrap``, the cells' bootstrap
-    intervals over the evaluation examples (per seed, and the mean of their bounds)."""
-    experiments = [_experiment_table(results, exp) for exp in results.experiments]
+    intervals over the evaluation examples (per seed, and the mean of their bounds).
+    ``failed``: the methods a run could not finish (``{"experiment", "method", "seeds",
+    "error"}``), listed under their experiment instead of tabulated."""
+    experiments = [_experiment_table(results, exp,
+                                     [f for f in failed if f["experiment"] == exp["name"]])
+                   for exp in results.experiments]
     specs = [s["spec"] for s in results.sources]
     tables = {
         "provenance": _provenance(results),
@@ -339,12 +357,18 @@ def build_tables(
     allow_partial: bool = False,
     allow_mixed: bool = False,
     known: Mapping[str, Any] | None = None,
+    failed: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """Aggregate the cells of one or more results directories into tables (JSON-ready);
     ``known``: cell records the caller holds already (:func:`~selbench.reporting.loading.
-    load_results`)."""
-    return tables_from(load_results(results_dirs, allow_partial=allow_partial,
-                                    allow_mixed=allow_mixed, known=known))
+    load_results`); ``failed``: the methods the run could not finish (see
+    :func:`tables_from`), whose cells may be missing and are not tabulated."""
+    results = load_results(results_dirs, allow_partial=allow_partial or bool(failed),
+                           allow_mixed=allow_mixed, known=known)
+    if failed:
+        out = {(f["experiment"], f["method"]) for f in failed}
+        results.cells = [c for c in results.cells if (c["experiment"], c["method"]) not in out]
+    return tables_from(results, failed)
 
 
 def _provenance(results: ResultSet) -> dict[str, Any]:
@@ -469,7 +493,10 @@ def _markdown_preamble(tables: dict) -> list[str]:
         lines += [("**Mixed results**: this table combines cells computed for different specs "
                   f"({', '.join(short_hash(h) for h in prov['mixed_spec_hashes'])}), as asked with "
                   "--allow-mixed; see leaderboard.json for their provenance."), ""]
-    if prov.get("cells", {}).get("left_out"):
+    failed = failed_note(tables)
+    if failed:
+        lines += failed
+    elif prov.get("cells", {}).get("left_out"):
         c = prov["cells"]
         lines += [(f"**Partial results**: {c['left_out']} of {c['planned']} cells are missing (or "
                   "were written for another spec) and left out (--allow-partial)."), ""]
@@ -494,6 +521,7 @@ def _markdown_auc(exp: dict, cols: Sequence[Column], head: Column | None, exp_p:
         if exp_p:
             line.append(_fmt_p(r["metrics"][head.key]["auc"]))
         body.append(line)
+    body += failed_body(exp, len(headers) - 1, _md)
     return lines + [tabulate(body, headers, tablefmt="github", disable_numparse=True), ""]
 
 
@@ -510,7 +538,7 @@ def _markdown_per_beta(exp: dict, cols: Sequence[Column], head: Column | None,
             continue
         lines += [f"### {c.header} at coverage β", ""]
         body = [[_md(r["method"])] + [_fmt(r["metrics"][c.key][f"{b:g}"]) for b in exp["betas"]]
-                for r in exp["rows"]]
+                for r in exp["rows"]] + failed_body(exp, len(exp["betas"]), _md)
         lines += [tabulate(body, headers, tablefmt="github", disable_numparse=True), ""]
         if exp_p and c.key == head.key:
             lines += [f"### p-value against the best mean, {c.label}", ""]
@@ -529,6 +557,7 @@ def _markdown_beta_free(exp: dict, once: Sequence[Column], head: Column | None,
     headers = ["Method"] + [c.header for c in once] + ([f"p ({head.label})"] if with_p else [])
     body = [[_md(r["method"])] + [_fmt(r["metrics"][c.key][point]) for c in once]
             + ([_fmt_p(r["metrics"][head.key][point])] if with_p else []) for r in exp["rows"]]
+    body += failed_body(exp, len(headers) - 1, _md)
     names = ", ".join(c.label for c in once)
     return [f"### {names}: the same at every coverage β", "",
             (f"{names}: once per cell over all evaluation examples, from the selector's "
@@ -571,6 +600,7 @@ def render_markdown(tables: dict) -> str:
             lines += _markdown_auc(exp, cols, head, exp_p)
         else:
             lines += _markdown_per_beta(exp, cols, head, exp_p)
+        lines += failed_lines(exp, _md)
     lines += cost.markdown(tables)  # only where the spec asks (cost: true)
     if tables.get("summary") is not None:
         lines += ranking.markdown_section(tables["summary"])
@@ -595,10 +625,14 @@ def _headline_label(tables: dict) -> str:
 def render_csv(tables: dict) -> str:
     """One row per experiment × method × metric × point (a β, or ``auc``). ``ci95_*``: the
     t-interval over seeds; ``boot_*``: the mean over seeds of each cell's bootstrap interval
-    over the evaluation examples at ``boot_level`` (empty when the run drew none)."""
+    over the evaluation examples at ``boot_level`` (empty when the run drew none). When a
+    method failed, a last column ``error`` holds the reason on its rows (empty numbers) and
+    is empty on the others."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_HEADER)
+    failed = any(exp.get("failed") for exp in tables["experiments"])
+    writer.writerow(CSV_HEADER + (["error"] if failed else []))
+    tail = [""] if failed else []
     for exp in tables["experiments"]:
         for r in exp["rows"]:
             for c in columns_for(exp):
@@ -614,7 +648,8 @@ def render_csv(tables: dict) -> str:
                                      repr(ci[1]) if ci[1] != "" else "",
                                      stat["n"], "" if p is None else repr(p),
                                      int(bool(stat.get("best"))), int(bool(stat.get("best_mean"))),
-                                     *boot_cols])
+                                     *boot_cols, *tail])
+        writer.writerows(failed_csv_rows(exp, [c.key for c in columns_for(exp)]))
     writer.writerows(cost.csv_rows(tables))  # only where the spec asks (cost: true)
     return buf.getvalue()
 
@@ -627,6 +662,7 @@ def write_leaderboard(
     allow_mixed: bool = False,
     known: Mapping[str, Any] | None = None,
     html: bool = True,
+    failed: Sequence[Mapping[str, Any]] = (),
 ) -> list[Path]:
     """(Re)write ``leaderboard.md``, ``.csv``, ``.json`` and ``.html`` from the cells of results
     directories.
@@ -640,6 +676,8 @@ def write_leaderboard(
             taken as they are instead of being read and verified again (the runner's).
         html: also write the page (:mod:`selbench.reporting.html`), with the figures found
             under ``out/plots`` (the runner writes it after drawing them).
+        failed: the methods the run could not finish (``{"experiment", "method", "seeds",
+            "error"}``, the runner's): marked failed with their reason, not tabulated.
     """
     dirs = [Path(results_dirs)] if isinstance(results_dirs, (str, Path)) else [Path(d) for d in results_dirs]
     if out is None:
@@ -649,7 +687,7 @@ def write_leaderboard(
         out = dirs[0]
     out = Path(out)
     tables = build_tables(dirs, allow_partial=allow_partial, allow_mixed=allow_mixed,
-                          known=known)
+                          known=known, failed=failed)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "leaderboard.md", out / "leaderboard.csv", out / "leaderboard.json"]
     atomic_write_text(paths[0], render_markdown(tables))

@@ -49,6 +49,11 @@ checks that apply to a plugin):
   (selector ``mlp`` or ``confidence``, recalibrator ``temperature`` or ``none``, loss
   ``s-tlbce``, coverage ``quadratic``): ``fit`` returns ``self``, determinism, inputs untouched,
   ``fit_many`` equals ``fit``, clone and pickle.
+* **across the declared search space** (selectors, recalibrators, losses and schemes whose
+  parameters declare a ``Tune`` space): at both ends of each parameter's space and at a few
+  seeded draws of the whole space, the core checks of the kind (fit, and outputs of the
+  right dtype, shape and range, finite), naming the parameter values on a failure
+  (``testing/space.py``).
 * **dataset**: the split contract (labels, inputs of the declared input kind, domain),
   determinism, unknown split names. Checks of a dataset whose files are absent (it raises
   ``FileNotFoundError``, as documented) are skipped.
@@ -67,7 +72,8 @@ train long (e.g. ``{"epochs": 20}``).
 The kit is a package: the errors (``testing/errors.py``); what every check stands on, the data,
 messages, the plugin under test and the check registry (``testing/support.py``); the checks,
 one module per kind (``testing/common.py`` for those every fitted kind shares, with clone and
-pickle; ``trainable.py``, ``losses.py``, ``schemes.py``, ``datasets.py``, ``backbones.py``);
+pickle; ``trainable.py``, ``losses.py``, ``schemes.py``, ``datasets.py``, ``backbones.py``),
+and the search-space check (``space.py``);
 and here the entry points. Every name is importable from ``selbench.testing``.
 """
 
@@ -99,6 +105,7 @@ from .support import (  # noqa: F401  (FIT_MANY_TOL, FLOAT_TOL, N_*, K, D: re-ex
 # order of all_checks() and of test ids: keep it, and keep the kind modules from importing
 # one another. Every check is re-exported: users may call a check_* function directly.
 # isort: off
+from .parameters import PARAMS_CHECK, check_init_stores_params, params_problem  # noqa: F401
 from .common import (  # noqa: F401
     check_base_class,
     check_fit_returns_self,
@@ -147,6 +154,7 @@ from .backbones import (  # noqa: F401
     check_backbone_is_deterministic,
     check_backbone_rows,
 )
+from .space import check_search_space  # noqa: F401
 # isort: on
 
 __all__ = [
@@ -188,6 +196,7 @@ class Check:
         try:
             if self._failure is not None:
                 raise Broken(self._failure)
+            self._after_params()
             self._spec.fn(self._subject)
         except Broken as exc:
             raise ConformanceError(self.plugin, self.name, str(exc)) from exc.__cause__
@@ -200,6 +209,17 @@ class Check:
 
                 pytest.skip(f"{self.plugin}: {self.name}: {exc}")
             raise
+
+
+    def _after_params(self) -> None:
+        """Skip this check while the plugin breaks the parameter rule (its own check says
+        so, once): the others build and copy the plugin through its parameters and would
+        report the one cause many times over."""
+        if self.name in (PARAMS_CHECK, "check_base_class"):
+            return
+        problem = params_problem(self._subject)
+        if problem is not None:
+            raise CheckSkipped(f"not run while the plugin breaks {PARAMS_CHECK} ({problem})")
 
 
 def all_checks(kind: str) -> dict[str, str]:
@@ -289,23 +309,31 @@ def check_plugin(kind: str, plugin: Any, params: Mapping[str, Any] | None = None
                                  f"{reasons[name]}")
     selected = [c for c in found
                 if (wanted is None or c.name in wanted or c._spec is None) and c.name not in skip]
-    failures, skipped = _run_checks(selected)
+    failures, waiting, skipped = _run_all(selected)
     if not failures and not quiet and selected:
         print(_passed_line(selected[0].plugin, len(selected) - skipped, skipped))
+    if waiting and len(failures) == 1:
+        first = failures[0]
+        raise ConformanceError(first.plugin, first.check, f"{first.detail} (the other "
+                               f"{len(waiting)} checks were not run: fix this first)")
     if len(failures) == 1:
         raise failures[0]
     if failures:
         plugin_label = failures[0].plugin
         lines = "\n".join(f"  {exc}" for exc in failures)
+        if waiting:
+            lines += f"\n  ({len(waiting)} other checks were not run: fix {PARAMS_CHECK} first)"
         raise ConformanceError(
             plugin_label, None,
             f"broke {len(failures)} of {len(selected)} checks:\n{lines}", failures)
 
 
-def _run_checks(selected: list[Check]) -> tuple[list[ConformanceError], int]:
-    """Run ``selected``: the broken rules, and how many checks could not run (each a
-    :class:`ConformanceWarning`)."""
+def _run_all(selected: list[Check]) -> tuple[list[ConformanceError], list[str], int]:
+    """Run the checks: their failures, the names of those that waited for the parameter
+    rule (:data:`PARAMS_CHECK`; when that check was not among them, its failure is reported
+    all the same), and how many could not run (each a :class:`ConformanceWarning`)."""
     failures: list[ConformanceError] = []
+    waiting: list[str] = []
     skipped = 0
     for check in selected:
         try:
@@ -313,10 +341,18 @@ def _run_checks(selected: list[Check]) -> tuple[list[ConformanceError], int]:
         except ConformanceError as exc:
             failures.append(exc)
         except CheckSkipped as exc:
+            if str(exc).startswith(f"not run while the plugin breaks {PARAMS_CHECK}"):
+                waiting.append(check.name)
+                continue
             skipped += 1
             warnings.warn(ConformanceWarning(f"{check.plugin}: {check.name}: skipped: {exc}"),
                           stacklevel=3)
-    return failures, skipped
+    if waiting and not any(f.check == PARAMS_CHECK for f in failures):
+        subject = selected[0]._subject
+        failures.insert(0, ConformanceError(subject.label, PARAMS_CHECK,
+                                            str(params_problem(subject))))
+    return failures, waiting, skipped
+
 
 
 def _passed_line(plugin: str, passed: int, skipped: int) -> str:

@@ -322,6 +322,17 @@ class Subject:
     factory: Callable[[], Any]
     params: dict
     probe: Any = None  # one instance, built when the checks were listed (None: not built)
+    #: the plugin's parameter model (None: an instance, whose parameters the kit reads back)
+    model: Any = None
+    #: ``at(point)``: a factory of the plugin with the parameters of ``point`` set over the
+    #: subject's own (validated by ``model`` where there is one)
+    at: Callable[[dict], Callable[[], Any]] | None = None
+    #: the factory when it is a class (None: a factory function or an instance, whose
+    #: ``__init__`` arguments the kit does not know), and the arguments it passes to it
+    init_class: type | None = None
+    passed: dict | None = None
+    #: what the checks worked out once about the subject (e.g. its parameter rule)
+    notes: dict = dataclasses.field(default_factory=dict)
 
     def make(self) -> Any:
         return call("building the plugin", self.factory)
@@ -343,26 +354,75 @@ def resolve_subject(kind: str, plugin: Any, params: Mapping[str, Any] | None) ->
         from selbench.contract.registry import get_registry
 
         registered = get_registry().get(kind, plugin)  # PluginError names close matches
-        validated = registered.validate_params(params)
-        factory = registered.plugin.factory
-        return Subject(kind, f"{kind} {plugin!r}", plugin,
-                       lambda: factory(**validated.model_dump()), params)
+        return _modelled(kind, f"{kind} {plugin!r}", plugin, registered.plugin.factory,
+                         registered.plugin.params, params)
     if isinstance(plugin, Plugin):
-        validated = plugin.params.model_validate(params)
-        factory = plugin.factory
-        return Subject(kind, f"{kind} {plugin.name!r}", plugin.name,
-                       lambda: factory(**validated.model_dump()), params)
+        return _modelled(kind, f"{kind} {plugin.name!r}", plugin.name, plugin.factory,
+                         plugin.params, params)
     if isinstance(plugin, type) or (callable(plugin) and not isinstance(plugin, KIND_BASES[kind])):
         name = getattr(plugin, "__name__", None) or repr(plugin)
         ident = f"{name}({shown})" if params else name
-        return Subject(kind, f"{kind} {ident}", ident, lambda: plugin(**params), params)
+        model = _model_of(plugin)
+
+        def at(point: dict) -> Callable[[], Any]:
+            return lambda: plugin(**{**params, **point})
+
+        return Subject(kind, f"{kind} {ident}", ident, lambda: plugin(**params), params,
+                       model=model, at=at,
+                       init_class=plugin if isinstance(plugin, type) else None,
+                       passed=_with_defaults(plugin, params))
     if params:
         raise ValueError("params: give params with a plugin's name or factory; an instance "
                          "already holds its parameters")
     template = copy.deepcopy(plugin)
     name = type(plugin).__name__
+
+    def at_instance(point: dict) -> Callable[[], Any]:
+        return lambda: copy.deepcopy(template).set_params(**point)
+
     return Subject(kind, f"{kind} {name} instance", name,
-                   lambda: copy.deepcopy(template), params)
+                   lambda: copy.deepcopy(template), params, model=_model_of(type(plugin)),
+                   at=at_instance)
+
+
+def _with_defaults(factory: Any, params: dict) -> dict | None:
+    """``params`` with the defaults of the other arguments of ``factory``'s signature."""
+    import inspect
+
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return None
+    defaults = {p.name: p.default for p in signature.parameters.values()
+                if p.default is not p.empty}
+    return {**defaults, **params}
+
+
+def _model_of(factory: Any) -> Any:
+    """The parameter model selbench derives from ``factory``'s signature (None when it
+    cannot be derived: the kit then knows no search space)."""
+    from selbench.contract.params import params_model
+
+    try:
+        return params_model(factory)
+    except TypeError:
+        return None
+
+
+def _modelled(kind: str, label: str, ident: str, factory: Callable[..., Any], model: Any,
+              params: dict) -> Subject:
+    """A subject built through its parameter model (a registered plugin, a descriptor): the
+    params validated as the registry validates them, at every point too."""
+    validated = model.model_validate(params)
+
+    def at(point: dict) -> Callable[[], Any]:
+        chosen = model.model_validate({**params, **point})
+        return lambda: factory(**chosen.model_dump())
+
+    return Subject(kind, label, ident, lambda: factory(**validated.model_dump()), params,
+                   model=model, at=at,
+                   init_class=factory if isinstance(factory, type) else None,
+                   passed=validated.model_dump())
 
 
 # ---------------------------------------------------------------------------- check registry

@@ -46,7 +46,13 @@ relative when trained with 0 or 6 others). The replicas' results therefore agree
 each one trained alone to float32 rounding, not bit for bit; ``tests/test_engine.py``
 bounds the difference (``REPLICA_RTOL``), and a resumed or extended run reproduces an
 uninterrupted one's metrics to that tolerance (about the 7th significant digit of a
-metric; the leaderboard's printed digits do not move).
+metric; the leaderboard's printed digits do not move). Measured (issue 34), the differences
+come from where a replica stands: the last elements of a tensor (its tail, shorter than a
+vector) and a stack of one replica run on other kernel paths. So the built-in callers (the
+MLP recalibrator, the training schemes) train a spare replica last and discard it: each
+replica kept is then bit for bit the same whichever others train with it (with one
+training β per seed; the selector's lanes of ``per_beta`` training still differ in the last
+bits), ``tests/test_cell_independence.py``.
 """
 
 from __future__ import annotations

@@ -157,10 +157,20 @@ class MLPRecalibrator(DifferentiableRecalibrator):
     @staticmethod
     def _fit_batched(recs, outs, ctxs) -> None:
         """Train the recalibrators' networks as one model with the training engine
-        (:mod:`selbench.training.engine`): BCE of each replica's logit against its correctness."""
+        (:mod:`selbench.training.engine`): BCE of each replica's logit against its correctness.
+
+        A spare replica (a twin of the last one, discarded) trains after them, so that no
+        replica that is kept is ever the last of the stack: the CPU kernels compute the last
+        elements of a tensor (its tail, shorter than a vector) and a stack of one replica on
+        other code paths, so without it a replica's last float bits depended on how many
+        replicas trained with it and where it stood (issue 34: a cell fitted alone differed
+        from the same cell fitted with other seeds). With it, each replica's arithmetic is
+        the same whichever others train with it (``tests/test_cell_independence.py``).
+        """
         first = recs[0]
         device = ctxs[0].torch_device()
         d = outs[0].feature_dim
+        outs, ctxs = [*outs, outs[-1]], [*ctxs, ctxs[-1]]  # the spare: a twin of the last
         modules = [
             seeded_init(ctx.seed, lambda: MLPRecalibratorNet(d, first.hidden)) for ctx in ctxs
         ]
@@ -181,7 +191,7 @@ class MLPRecalibrator(DifferentiableRecalibrator):
             weight_decay=first.weight_decay, device=device,
         )
         net.write_back([m.net for m in modules])
-        for rec, module in zip(recs, modules):
+        for rec, module in zip(recs, modules):  # the spare, last, is left out
             rec.feature_dim_ = d
             rec.module_ = module.eval().to("cpu")
 

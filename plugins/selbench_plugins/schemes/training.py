@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -261,7 +261,7 @@ def train_part(name: str, params: Any, reps: list[_Replica], *, train_h: bool) -
     for r in reps:
         r.params = params if r.params is None else r.params
     device = reps[0].job.context.torch_device()
-    reps, tables, lanes = _lane_tables(reps)
+    reps, tables, lanes = _lane_tables(reps + _spares(reps))
     hyper = [r.params for r in reps]
     jobs = [r.job for r in reps]
     need_lp = bool(jobs[0].loss.needs_log_probs)
@@ -305,6 +305,23 @@ def train_part(name: str, params: Any, reps: list[_Replica], *, train_h: bool) -
         h_stack.write_back([r.h_module for r in reps])
         for r in reps:
             r.h_module.eval().to("cpu")
+
+
+def _spares(reps: list[_Replica]) -> list[_Replica]:
+    """Spare replicas trained after the others and discarded: twins of the replicas of the
+    last one's seed, under an unused seed (a lane of their own where the selector reads
+    lanes), so that no replica that is kept is ever the last of the stack. The CPU kernels
+    compute the last elements of a tensor (its tail, shorter than a vector) and a stack of
+    one on other code paths, so without them a replica's last float bits depended on how
+    many replicas trained with it and where it stood (issue 34: a cell fitted alone
+    differed from the same cell fitted with other seeds). With one training β per seed each
+    replica is now bit-identical whichever others train with it; with several
+    (``train_beta: per_beta``, lanes) it is not yet (``tests/test_cell_independence.py``)."""
+    last = int(reps[-1].job.context.seed)
+    spare_seed = max(int(r.job.context.seed) for r in reps) + 1
+    return [replace(r, job=replace(r.job, context=replace(r.job.context, seed=spare_seed)),
+                    g_module=copy.deepcopy(r.g_module), h_module=copy.deepcopy(r.h_module))
+            for r in reps if int(r.job.context.seed) == last]
 
 
 def _owners(reps: list[_Replica], g_stack: torch.nn.Module,

@@ -149,7 +149,7 @@ class OneClassSVMSelector(Selector):
         self,
         nu: Annotated[float, Field(
             gt=0, le=1, description="upper bound on the fraction of training outliers"),
-            Tune.uniform(0.01, 1.0)] = 0.5,
+            Tune.uniform(0.01, 0.99)] = 0.5,  # nu = 1 leaves libsvm non-finite coefficients
         gamma: Annotated[Literal["scale", "auto"] | float, Field(
             description="RBF kernel coefficient ('scale', 'auto' or a positive float)")] = "scale",
         standardize: Annotated[bool, Field(
