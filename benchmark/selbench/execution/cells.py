@@ -32,7 +32,7 @@ from selbench.measure.evaluate import EvaluationError, eval_rows, fit_indices, g
 from selbench.measure.evaluate import intervals as evaluate_intervals
 from selbench.spec import ExperimentSpec, MethodSpec, ResolvedSpec, SpecError
 from selbench.spec.search import method_space
-from selbench.store.results import CellRecord, ResultsDir, safe_name, slug
+from selbench.store.results import CellRecord, ResultsDir
 from selbench.training.devices import seed_everything
 
 if TYPE_CHECKING:  # pragma: no cover - imported when a method is built (scikit-learn is slow)
@@ -422,8 +422,7 @@ def tune_and_fit(resolved: ResolvedSpec, cell: Cell, outputs: dict[str, ModelOut
     def make(chosen: dict) -> SelectiveRecalibrator:
         return m.estimator(cell.seed, cell.train_beta, device, chosen)
 
-    journal = (results.root / "tuning" / safe_name(exp.name, "experiment name")
-               / slug(m.method.label) / f"seed{cell.seed}.journal")
+    journal = results.journal_path(exp.name, m.method.label, cell.seed)
     t0 = time.perf_counter()
     info = tune_cell(params=m.params, space=method_space(resolved.registry, m.method),
                      tuning=exp.tuning, fitting=fitting, make=make, seed=cell.seed,

@@ -45,6 +45,7 @@ from selbench.contract.data import ModelOutputs
 from selbench.contract.search import Tune
 from selbench.execution.codeid import code_digest
 from selbench.execution.guard import fit_guarded
+from selbench.execution.journal import journal_storage
 from selbench.measure.evaluate import score
 from selbench.measure.metrics import METRICS, selective_metrics
 from selbench.spec import ExperimentSpec, MethodSpec, ResolvedSpec, content_hash
@@ -135,15 +136,14 @@ def _sampler(kind: str, seed: int):
                                       n_startup_trials=STARTUP)
 
 
-def _storage(journal: Path):
+def _storage(journal: Path | None):
+    """The journal's Optuna storage (:func:`~selbench.execution.journal.journal_storage`),
+    or an in-memory one without a journal (a Python caller tuning arrays)."""
     import optuna
 
-    journal.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        from optuna.storages.journal import JournalFileBackend
-    except ImportError:  # Optuna 3.x
-        return optuna.storages.JournalStorage(optuna.storages.JournalFileStorage(str(journal)))
-    return optuna.storages.JournalStorage(JournalFileBackend(str(journal)))
+    if journal is None:
+        return optuna.storages.InMemoryStorage()
+    return journal_storage(journal)
 
 
 def _suggest(trial: Any, path: str, tune: Tune) -> Any:
@@ -262,11 +262,20 @@ class _Objective:
 
 
 def _complete(study: Any) -> list[Any]:
-    """The study's complete trials, by index."""
+    """The study's complete trials 0, 1, ..., up to the first index it lacks (the first of
+    a trial written twice; a trial without a valid index is not one of ours)."""
     import optuna
 
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    return sorted(done, key=lambda t: t.user_attrs[INDEX])
+    by_index: dict[int, Any] = {}
+    for t in done:
+        index = t.user_attrs.get(INDEX)
+        if isinstance(index, int) and not isinstance(index, bool) and t.value is not None:
+            by_index.setdefault(index, t)
+    out = []
+    while len(out) in by_index:
+        out.append(by_index[len(out)])
+    return out
 
 
 def _ask(asking: Any, objective: _Objective, sampler: str, seed: int, index: int,
