@@ -359,7 +359,8 @@ class ExperimentSpec(_Model):
             elif not oracle and m.label.endswith(ORACLE.strip()):
                 raise PydanticCustomError(
                     "oracle_label", "methods[{i}].label: {label} says oracle, but the method "
-                    "is not tuned on evaluation labels (tuning: {{oracle: true}})",
+                    "is not tuned on evaluation labels (its tuning.oracle or the experiment's is "
+                    "false)",
                     {"i": m_i, "label": repr(m.label)})
         return self
 
