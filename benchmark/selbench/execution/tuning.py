@@ -5,6 +5,14 @@ inner part and score the objective on the held-out part at the cell's training �
 best parameters are returned for the refit on all fitting rows (:mod:`selbench.execution.cells`).
 Only the fitting rows are passed here: the evaluation split is never seen while tuning.
 
+With ``folds: k`` the fitting rows are cut into k seeded folds (:func:`fold_splits`) and a
+trial is fitted on k − 1 of them and scored on the held-out one, k times; its value is the
+mean. With ``over: betas`` a score is the objective's AUC over the experiment's β instead of
+its value at the training β. An oracle (``oracle: true``) is the exception to the rule above:
+its trials are fitted on all fitting rows and scored on ``target``, a seeded share of the
+cell's evaluation rows with their labels (:func:`oracle_rows`), which the cell then leaves
+out of its evaluation; its label says "(oracle)".
+
 Trials live in an Optuna journal file per (experiment, method, seed) under the results folder
 (``tuning/<experiment>/<method>/seed<s>.journal``), one study per cell named by the digest of
 everything that decides its trials except their number (:func:`study_name`): a rerun after a
@@ -24,7 +32,8 @@ Whatever the journal holds of a batch, its other trials are asked from the trial
 it, so a study resumed after a kill, or extended to more trials, asks what the
 uninterrupted study asked. A batch that fails to fit is fitted again one trial at a time,
 as before, so a failing trial fails (with the error the one-at-a-time study raised) after
-the trials before it are written.
+the trials before it are written. With folds, the batch is fitted once per fold (one
+:meth:`~selbench.contract.api.Scheme.fit_configurations` call each), fold after fold.
 """
 
 from __future__ import annotations
