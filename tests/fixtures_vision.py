@@ -8,11 +8,26 @@ CIFAR-100-C ``.npy`` files). Nothing is downloaded.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pickle
 from pathlib import Path
 
 import numpy as np
+import pytest
+
+_EXTRA = "pip install 'selbench[vision]'"
+#: the vision extra's packages, looked up without importing them (importing wilds starts
+#: its PyPI version check: see datasets/wilds_data.py)
+HAS = {name: importlib.util.find_spec(name) is not None
+       for name in ("torchvision", "wilds", "open_clip")}
+#: skip markers of the tests that need a package of the vision extra; the others (lazy
+#: imports, declared inputs, spec validation, the CIFAR readers ...) run without it
+needs_torchvision = pytest.mark.skipif(not HAS["torchvision"],
+                                       reason=f"needs torchvision (the vision extra: {_EXTRA})")
+needs_wilds = pytest.mark.skipif(not HAS["wilds"], reason=f"needs wilds (the vision extra: {_EXTRA})")
+needs_open_clip = pytest.mark.skipif(not HAS["open_clip"],
+                                     reason=f"needs open_clip (the vision extra: {_EXTRA})")
 
 CIFAR100_C_CORRUPTIONS = (
     "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur",

@@ -36,6 +36,47 @@ def _precomputed_file() -> str:
     return str(path)
 
 
+def _fdshifts_folder() -> str:
+    """A tiny FD-Shifts ``test_results`` folder (``raw_logits.npz``: logits | label | set)."""
+    folder = Path(tempfile.mkdtemp(prefix="selbench-conformance-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    outputs = make_outputs(60, 3, 4, seed=6)
+    sets = np.repeat([0, 1], 30)
+    np.savez_compressed(folder / "raw_logits.npz",
+                        np.column_stack([outputs.logits, outputs.labels, sets]))
+    return str(folder)
+
+
+def _calarena_folder() -> str:
+    """A tiny CalArena benchmark (``cv-multiclass.h5``, group ``c10/m``) when h5py is
+    installed; else an absent folder, whose checks are skipped as data not available."""
+    folder = Path(tempfile.mkdtemp(prefix="selbench-conformance-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    try:
+        import h5py
+    except ImportError:
+        return str(folder / "absent")
+    outputs = make_outputs(60, 3, 4, seed=7)
+    p = outputs.probabilities().astype(np.float32)
+    with h5py.File(folder / "cv-multiclass.h5", "w") as f:
+        grp = f.create_group("c10/m")
+        for part, rows in (("cal", slice(0, 40)), ("test", slice(40, 60))):
+            grp.create_dataset(f"probas_{part}", data=p[rows])
+            grp.create_dataset(f"labels_{part}", data=outputs.labels[rows].astype(np.int32))
+    return str(folder)
+
+
+def _sentences_folder() -> str:
+    """Two tiny domains of labelled sentences in the UCI release's format (removed at exit)."""
+    folder = Path(tempfile.mkdtemp(prefix="selbench-conformance-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    for name, thing in (("a.txt", "food"), ("b.txt", "phone")):
+        (folder / name).write_bytes(b"".join(
+            f'"The {thing}, for once, was {word}."\t{i % 2}\r\n'.encode()
+            for i, word in enumerate(["awful", "great"] * 10)))
+    return str(folder)
+
+
 #: (kind, name) -> params for the conformance run
 PARAMS: dict[tuple[str, str], dict] = {
     ("recalibrator", "mlp"): {"hidden": [16], "epochs": 20},
@@ -44,6 +85,12 @@ PARAMS: dict[tuple[str, str], dict] = {
     **{("scheme", name): TRAINING for name in ("selection", "sequential", "joint")},
     ("backbone", "digits-net"): {"epochs": 1, "width": 2, "feature_dim": 8},
     ("dataset", "precomputed"): {"path": _precomputed_file()},
+    ("dataset", "fd-shifts"): {"folder": _fdshifts_folder()},
+    ("dataset", "calarena"): {"folder": _calarena_folder(), "benchmark": "cv-multiclass",
+                              "dataset": "c10", "model": "m"},
+    ("dataset", "labelled-sentences"): {"folder": _sentences_folder(),
+                                        "files": {"a": "a.txt", "b": "b.txt"},
+                                        "source": "a", "target": "b"},
     # they read image items, which the kit does not synthesise: their checks are skipped
     ("backbone", "wilds-densenet121"): {"checkpoint": "absent.pth"},
     ("backbone", "wilds-resnet50"): {"checkpoint": "absent.pth"},

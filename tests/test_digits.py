@@ -13,6 +13,7 @@ from selbench.measure.metrics import ece
 from selbench_plugins.backbones.digits_net import DigitsNet
 from selbench_plugins.datasets.digits import (
     CORRUPTIONS,
+    DEFAULT_CORRUPTIONS,
     Digits,
     _rotate,
     corrupt,
@@ -68,8 +69,10 @@ def test_shifted_split_domains_and_sizes(digits):
     ids, counts = np.unique(s.domain, return_counts=True)
     assert list(ids) == list(range(1, 31)) and set(counts) == {100}
     names = s.meta["domains"]
-    assert names == domain_names() and names[0] == "clean" and len(names) == 31
+    # every id is named, the default's 30 and occlusion's 5 (appended, not in the default)
+    assert names == domain_names() and names[0] == "clean" and len(names) == 36
     assert names[domain_id("rotation", 3)] == "rotation-3"
+    assert names[31:] == [f"occlusion-{k}" for k in range(1, 6)]
     assert s.meta["domain_severity"][domain_id("contrast", 5)] == 5
     assert len(digits.split("shifted_val").labels) == 3000
 
@@ -103,6 +106,105 @@ def test_dataset_is_deterministic_and_seeded():
         np.testing.assert_array_equal(a.split(name).inputs, b.split(name).inputs)
         np.testing.assert_array_equal(a.split(name).labels, b.split(name).labels)
     assert not np.array_equal(a.split("train").labels, c.split("train").labels)
+
+
+#: SHA-256 of (dtype, shape, bytes) of inputs, labels and domain of every split of
+#: ``Digits()``, measured before ``occlusion`` was added: the default splits (and so the
+#: quickstart's numbers) must never move when a corruption or a parameter is added
+DEFAULT_SPLIT_DIGESTS = {
+    "train": "5310bd421e449f38e35a43bfcc95382d10a441a8d7293412ebbdb76cfdf20ea6",
+    "val": "52c8c92e1d94080da8aafdb6dc3c4e1da64eade846d40b6fefb7a2c3d69b84ca",
+    "test": "15b463e620e73744d14d0825931611e7cc7f44f1264cc19d54f501470fbd3be9",
+    "shifted": "e686bb95a2c46f89efae076a360c1bf9a521d1597de449749e618743f727bf9a",
+    "shifted_val": "94f2d31f8c6445b9af1c8df00ab6a214ad0677392e4277285b9ba802d2ccb60c",
+}
+
+
+def _split_digest(split) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for a in (split.inputs, split.labels, split.domain):
+        a = np.ascontiguousarray(a)
+        h.update(str(a.dtype).encode())
+        h.update(str(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def test_default_splits_are_byte_identical_to_the_release(digits):
+    assert {name: _split_digest(digits.split(name)) for name in digits.splits()} == (
+        DEFAULT_SPLIT_DIGESTS)
+    assert digits.corruptions == list(DEFAULT_CORRUPTIONS) and "occlusion" not in (
+        DEFAULT_CORRUPTIONS)
+    # naming the default explicitly is the same data
+    explicit = Digits(seed=0, corruptions=list(CORRUPTIONS[:6]), severities=[5, 4, 3, 2, 1])
+    assert _split_digest(explicit.split("shifted")) == DEFAULT_SPLIT_DIGESTS["shifted"]
+
+
+def test_one_family_at_one_severity_group_is_an_experiment(digits):
+    test = digits.split("test")
+    one = Digits(corruptions=["rotation"], severities=[3, 4], shifted_per_domain=None)
+    s = one.split("shifted")
+    assert one.split_sizes()["shifted"] == len(s.labels) == 2 * len(test.labels) == 1078
+    assert sorted(np.unique(s.domain)) == [domain_id("rotation", 3), domain_id("rotation", 4)]
+    for sev in (3, 4):
+        m = s.domain == domain_id("rotation", sev)
+        np.testing.assert_array_equal(s.labels[m], test.labels)
+    # the fitting split stays clean; the spec-level parameters validate
+    assert np.array_equal(one.split("val").domain, np.zeros(539))
+    params = get_registry().get("dataset", "digits").validate_params(
+        {"seed": 0, "corruptions": ["occlusion"], "severities": [2]})
+    assert params.corruptions == ["occlusion"] and params.severities == [2]
+
+
+def test_occlusion_zeroes_one_square_patch(digits):
+    x = digits.split("test").inputs[:, 0]
+    for sev, side in enumerate((2, 3, 4, 5, 6), start=1):
+        out = corrupt(x, "occlusion", sev, np.random.default_rng(sev))
+        changed = out != x
+        assert np.all(out[changed] == 0.0)  # only zeroing
+        # recompute the patch: the square of the same draws, and nothing else changed
+        rng = np.random.default_rng(sev)
+        top = rng.integers(0, 8 - side + 1, size=len(x))
+        left = rng.integers(0, 8 - side + 1, size=len(x))
+        for i in (0, 1, len(x) - 1):
+            want = x[i].copy()
+            want[top[i]:top[i] + side, left[i]:left[i] + side] = 0.0
+            np.testing.assert_array_equal(out[i], want)
+    # positions cover the image: every top-left corner of a 2x2 patch is drawn
+    hole = corrupt(np.ones((4000, 8, 8)), "occlusion", 1, np.random.default_rng(0))
+    first = hole.reshape(4000, 64).argmin(axis=1)  # the patch's top-left pixel
+    assert set(zip(*np.divmod(first, 8))) == {(r, c) for r in range(7) for c in range(7)}
+    assert np.all((hole == 0).sum(axis=(1, 2)) == 4)
+    # occlusion's domains are appended: ids 31..35, and the others did not move
+    assert [domain_id("occlusion", k) for k in range(1, 6)] == [31, 32, 33, 34, 35]
+    assert domain_id("impulse_noise", 5) == 30
+
+
+def test_unknown_family_or_severity_is_one_line_naming_the_parameter(write_spec, capsys):
+    from selbench.cli import main
+
+    for params, needle in (
+        ({"corruptions": ["fog"]}, "dataset.params.corruptions: "),
+        ({"severities": [6]}, "dataset.params.severities: "),
+    ):
+        path = write_spec({
+            "spec_version": 1, "name": "bad", "seeds": [0],
+            "experiments": [{
+                "name": "d", "dataset": {"name": "digits", "params": {"seed": 0, **params}},
+                "backbone": {"name": "digits-net"}, "fit_split": "val", "eval_split": "shifted",
+                "methods": [{"label": "None", "scheme": {"name": "recalibration"}}],
+            }],
+        })
+        assert main(["validate", str(path)]) == 2
+        err = capsys.readouterr().err
+        line = next(ln for ln in err.splitlines() if needle in ln)
+        assert "Traceback" not in err
+        if "corruptions" in needle:
+            assert "'fog'" in line and ", ".join(CORRUPTIONS) in line
+        else:
+            assert "[6]" in line and "1, 2, 3, 4, 5" in line
 
 
 @pytest.mark.parametrize("corruption", CORRUPTIONS)

@@ -358,6 +358,7 @@ def test_no_plugin_module_unpickles_user_files():
 
 
 # --------------------------------------------------------------------------- weights files
+@pytest.mark.vision
 def test_torchvision_weights_file_that_is_not_weights_only_is_a_value_error(tmp_path):
     pytest.importorskip("torchvision")
     from selbench_plugins.backbones.torchvision_nets import ResNet34

@@ -49,6 +49,11 @@ KIND_PACKAGES = ("datasets", "backbones", "selectors", "recalibrators", "losses"
 
 #: params a built-in needs to be built at all (construction reads no file)
 REQUIRED = {("dataset", "precomputed"): {"path": "outputs.npz"},
+            ("dataset", "calarena"): {"folder": "calibration_benchmarks",
+                                      "benchmark": "cv-multiclass", "dataset": "c10",
+                                      "model": "densenet40"},
+            ("dataset", "fd-shifts"): {"folder": "test_results"},
+            ("dataset", "labelled-sentences"): {"folder": "sentiment"},
             ("backbone", "wilds-densenet121"): {"checkpoint": "best_model.pth"},
             ("backbone", "wilds-resnet50"): {"checkpoint": "best_model.pth"}}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -267,3 +268,113 @@ def test_real_outputs_end_to_end_through_the_runner(shared_data, tmp_path):
     assert (tmp_path / "out" / "leaderboard.md").is_file()
     again = run(spec, out_dir=tmp_path / "out", device="cpu", progress=False, plots=False)
     assert (again.computed, again.reused) == (0, 6)
+
+
+# --------------------------------------------------------------------------- checksums
+def test_sha256_option_accepts_the_file_and_names_a_wrong_copy(tmp_path, arrays):
+    import hashlib
+
+    path = _save(tmp_path, labels=arrays["labels"], logits=arrays["logits"])
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    for given in (digest, digest[:16], digest[:16].upper()):
+        ds = PrecomputedDataset(path, sha256=PrecomputedParams(path=path, sha256=given).sha256)
+        ds.check_inputs()
+        assert len(ds.split("val").inputs) == 20
+    wrong = ("0" if digest[0] != "0" else "1") + digest[1:16]
+    for call in ("check_inputs", "split_sizes"):
+        with pytest.raises(DataError) as err:
+            getattr(PrecomputedDataset(path, sha256=wrong), call)()
+        msg = str(err.value)
+        assert path in msg and wrong in msg and digest[:16] in msg and "sha256" in msg
+        assert "\n" not in msg
+    with pytest.raises(DataError, match="does not match"):
+        PrecomputedDataset(path, sha256=wrong).split("val")
+    for bad in ("xyz", "abc123", "0" * 65):
+        with pytest.raises(ValidationError, match="sha256 must be 16 to 64 hexadecimal"):
+            PrecomputedParams(path=path, sha256=bad)
+
+
+def test_wrong_checksum_is_one_line_and_exit_2_at_validate(tmp_path, arrays, write_spec, capsys):
+    from selbench.cli import main
+
+    path = _save(tmp_path, labels=arrays["labels"], logits=arrays["logits"])
+    spec = write_spec({
+        "spec_version": 1, "name": "sum", "seeds": [0],
+        "experiments": [{
+            "name": "e", "backbone": {"name": "precomputed"},
+            "dataset": {"name": "precomputed", "params": {"path": path, "sha256": "ab" * 8}},
+            "fit_split": "val", "eval_split": "test",
+            "methods": [{"label": "None", "scheme": {"name": "recalibration"}}],
+        }],
+    })  # fmt: skip
+    assert main(["validate", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    line = next(ln for ln in err.splitlines() if "abababababababab" in ln)
+    assert "experiments[0].dataset.params.path" in line and path in line
+
+
+#: the five netcal records of ../shared/data/ (README.md there): first 16 hex digits of their
+#: SHA-256, classes, and the accuracy it states
+NETCAL_FILES = {
+    "netcal_cifar100_densenet-bc-100.npz": ("6b8c33de93bdf1ae", 100, 0.754),
+    "netcal_cifar100_wideresnet-16-4.npz": ("ab3ce671b234521f", 100, 0.754),
+    "netcal_cifar10_wideresnet-16-4.npz": ("ce2bafe1fa22e8da", 10, 0.911),
+    "netcal_cifar100_lenet-5.npz": ("45807c28708ba788", 100, 0.125),
+    "netcal_cifar10_lenet-5.npz": ("2fea8ab231920142", 10, 0.531),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NETCAL_FILES))
+def test_every_netcal_file_loads_with_its_published_checksum(shared_data, name):
+    path = shared_data / name
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    digest, k, accuracy = NETCAL_FILES[name]
+    ds = PrecomputedDataset(str(path), keys=NETCAL_KEYS, sha256=digest)
+    ds.check_inputs()
+    assert ds.split_sizes() == {"val": 5000, "test": 5000}
+    fit, test = ds.split("val").inputs, ds.split("test").inputs
+    assert fit.num_classes == k and len(fit) + len(test) == 10000
+    acc = float(np.concatenate([fit.correct(), test.correct()]).mean())
+    assert abs(acc - accuracy) < 0.002, acc
+
+
+def test_lenet_outputs_run_and_every_seed_fits_its_own_rows(shared_data, tmp_path):
+    """Both LeNet-5 files (accuracy 0.531 and 0.125) through the runner: with n_fit below the
+    fitting split's 5000 rows each seed draws other rows, so a fitted method scores
+    differently on the same evaluation rows for every seed (the runner draws them with
+    ``fit_indices``; five seeds' samples of 2000 out of 5000 overlap in fewer than 1000 rows)."""
+    from selbench.execution.runner import run
+    from selbench.measure.evaluate import fit_indices
+
+    rows = [fit_indices(5000, 2000, s, "n_fit") for s in range(5)]
+    assert all(len(np.intersect1d(a, b)) < 1000 for i, a in enumerate(rows) for b in rows[i + 1:])
+    experiments = []
+    for name in ("netcal_cifar10_lenet-5.npz", "netcal_cifar100_lenet-5.npz"):
+        path = shared_data / name
+        if not path.is_file():
+            pytest.skip(f"{path} is absent")
+        experiments.append({
+            "name": name[7:-4].replace("_", "-"),
+            "dataset": {"name": "precomputed", "params": {
+                "path": str(path), "keys": NETCAL_KEYS, "sha256": NETCAL_FILES[name][0]}},
+            "backbone": {"name": "precomputed"}, "fit_split": "val", "eval_split": "test",
+            "n_fit": 2000, "betas": [0.8, 1.0], "train_beta": 0.8, "report": "betas",
+            "methods": [{"label": "none", "scheme": {"name": "recalibration"}},
+                        {"label": "temperature", "scheme": {"name": "recalibration"},
+                         "recalibrator": {"name": "temperature"}}],
+        })  # fmt: skip
+    spec = {"spec_version": 1, "name": "lenet", "seeds": [0, 1], "experiments": experiments}
+    report = run(spec, out_dir=tmp_path / "out", device="cpu", progress=False, plots=False)
+    assert report.computed == 8
+    ece1 = {}
+    for f in (tmp_path / "out" / "cells").rglob("*.json"):
+        rec = json.loads(f.read_text())
+        ece1[(rec["experiment"], rec["method"], rec["seed"])] = rec["metrics"]["ece1"][1]
+    for exp in ("cifar10-lenet-5", "cifar100-lenet-5"):
+        none = {ece1[(exp, "none", s)] for s in range(2)}
+        temp = [ece1[(exp, "temperature", s)] for s in range(2)]
+        assert len(none) == 1  # no fitting: the same evaluation rows give the same number
+        assert len(set(temp)) == 2  # two seeds, two fitting samples
+        assert max(temp) < min(none)  # temperature scaling helps both LeNets

@@ -81,14 +81,16 @@ def test_signed_ce_is_the_binned_gap_with_its_sign():
 
 
 def test_reliability_diagram_draws_the_intervals_headless():
+    from matplotlib.axes import Axes
     from matplotlib.collections import LineCollection
     from matplotlib.figure import Figure
 
     conf, correct = _data(2)
     accepted = conf > 0.6
-    fig = public_plots.reliability_diagram(conf, correct, accepted=accepted)
-    assert isinstance(fig, Figure)
-    ax = fig.axes[0]
+    ax = public_plots.reliability_diagram(conf, correct, accepted=accepted)
+    assert isinstance(ax, Axes) and isinstance(ax.figure, Figure)  # matplotlib's convention
+    fig = ax.figure
+    assert fig.axes == [ax]
     bars = [c for c in ax.collections if isinstance(c, LineCollection)]
     assert len(bars) == 2  # all and accepted
     want = binned_reliability(conf[accepted], correct[accepted])
@@ -99,10 +101,11 @@ def test_reliability_diagram_draws_the_intervals_headless():
     fig.savefig(buf, format="png")  # renders without a display
     assert buf.getvalue()[:4] == b"\x89PNG"
     no_bars = reliability_diagram(conf, correct, intervals=None)
-    assert not [c for c in no_bars.axes[0].collections if isinstance(c, LineCollection)]
+    assert not [c for c in no_bars.collections if isinstance(c, LineCollection)]
     fig2 = Figure()
-    ax2 = fig2.subplots()
-    assert reliability_diagram(conf, correct, ax=ax2) is fig2
+    left, right = fig2.subplots(1, 2)
+    assert reliability_diagram(conf, correct, ax=right) is right  # the Axes it drew on
+    assert right.collections and not left.collections
     with pytest.raises(ValueError, match="intervals"):
         reliability_diagram(conf, correct, intervals="bootstrap")
     with pytest.raises(ValueError, match="accepted"):

@@ -763,6 +763,36 @@ def test_shardable_backbones_must_honour_rows():
         check()
 
 
+def test_text_backbones_are_checked_on_synthetic_sentences():
+    """The kit synthesises ``text`` inputs (binary reviews); an ``extract`` that needs an
+    optional package that is not installed skips the checks with the reason."""
+    from selbench import Backbone, FitContext
+    from selbench.contract.data import ModelOutputs
+
+    class Counts(Backbone):  # features: characters and words; logits from "awful" / "a"
+        input_kinds = frozenset({"text"})
+
+        def extract(self, dataset, split, context: FitContext):
+            data = dataset.split(split)
+            x = np.array([[len(s), len(s.split())] for s in data.inputs], dtype=np.float32)
+            bad = np.array([("awful" in s) + ("dreadful" in s) for s in data.inputs], float)
+            return ModelOutputs(features=x, logits=np.stack([bad, -bad], 1),
+                                labels=data.labels, domain=data.domain)
+
+    class NotInstalled(Counts):
+        def extract(self, dataset, split, context):
+            raise ModuleNotFoundError("needs 'sentence-transformers'; pip install it")
+
+    check_plugin("backbone", Counts, checks=["check_backbone_extract",
+                                             "check_backbone_is_deterministic"])
+    with pytest.warns(ConformanceWarning) as record:
+        check_plugin("backbone", NotInstalled, checks=["check_backbone_extract"])
+    assert [str(w.message) for w in record] == [
+        "backbone NotInstalled: check_backbone_extract: skipped: extract(dataset, 'train', "
+        "context) needs what is not installed: ModuleNotFoundError: needs "
+        "'sentence-transformers'; pip install it"]
+
+
 def test_base_class_and_construction():
     class Plain:
         def fit(self, outputs, context):
@@ -853,6 +883,30 @@ def test_plugins_by_name_by_instance_and_bad_arguments():
     with pytest.raises(PluginError, match="unknown recalibrator 'temprature'; did you mean "
                                           "'temperature'"):
         check_plugin("recalibrator", "temprature")
+
+
+def test_check_plugin_says_what_passed_unless_quiet(capsys):
+    """Success is one line on stdout naming the plugin and how many checks ran; ``quiet``
+    prints nothing; a check that cannot run is counted as skipped, not as passed."""
+    n = len(list(plugin_checks("recalibrator", Shrink(factor=0.5))))
+    check_plugin("recalibrator", Shrink(factor=0.5))
+    assert capsys.readouterr().out == f"recalibrator Shrink instance: {n} checks passed\n"
+    check_plugin("recalibrator", "temperature", checks=["check_confidence_output"])
+    assert capsys.readouterr().out == "recalibrator 'temperature': 1 check passed\n"
+    check_plugin("recalibrator", Shrink(factor=0.5), quiet=True)
+    assert capsys.readouterr().out == ""
+
+    class Missing(Tiny):
+        def splits(self):
+            raise FileNotFoundError("data/tiny.npz does not exist")
+
+    assert len(list(plugin_checks("dataset", Missing))) == 5  # built, and 4 that read data
+    with pytest.warns(ConformanceWarning):
+        check_plugin("dataset", Missing)
+    assert capsys.readouterr().out == "dataset Missing: 1 check passed (4 skipped)\n"
+    with pytest.raises(ConformanceError):
+        check_plugin("recalibrator", Shrink, {"factor": 1.5})
+    assert capsys.readouterr().out == ""  # a failure raises, and says nothing of success
 
 
 def test_parametrize_ids_and_expected_failures():

@@ -3,7 +3,7 @@ dataset -> backbone -> cached outputs -> fitted methods -> leaderboard."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 import shutil
@@ -12,19 +12,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-tv = pytest.importorskip("torchvision", reason="needs the vision extra")
-if importlib.util.find_spec("wilds") is None:  # not imported here: see datasets/wilds_data.py
-    pytest.skip("needs the vision extra", allow_module_level=True)
-open_clip = pytest.importorskip("open_clip", reason="needs the vision extra")
-
 from fixtures_vision import (
+    HAS,
     make_camelyon17,
     make_cifar100,
     make_cifar100_c,
     make_imagefolder,
     make_rxrx1,
     make_tiny_clip,
+    needs_open_clip,
+    needs_torchvision,
+    needs_wilds,
 )
 from selbench.contract.api import FitContext, SplitData
 from selbench_plugins.backbones.clip import ClipZeroShot
@@ -35,10 +33,12 @@ from selbench_plugins.datasets.cifar import CIFAR100C
 from selbench_plugins.datasets.imagenet import ImageNetVal
 from selbench_plugins.datasets.wilds_data import Camelyon17, RxRx1
 
+#: torchvision, for the reference networks (the tests that use it are marked needs_torchvision)
+tv = importlib.import_module("torchvision") if HAS["torchvision"] else None
 CTX = FitContext(seed=0, device="cpu")
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.vision]
 LOADER = {"num_workers": 0, "batch_size": 4}
 
 
@@ -70,6 +70,7 @@ def imagenet_ds(tmp_path) -> ImageNetVal:
 
 
 # --------------------------------------------------------------------------- resnet34
+@needs_torchvision
 def test_resnet34_random_init_matches_torchvision(imagenet_ds):
     out = ResNet34(weights=None, **LOADER).extract(imagenet_ds, "val", CTX)
     assert out.features.shape == (6, 512) and out.logits.shape == (6, 3)
@@ -84,6 +85,7 @@ def test_resnet34_random_init_matches_torchvision(imagenet_ds):
     np.testing.assert_allclose(again.logits, out.logits, rtol=1e-5, atol=1e-6)
 
 
+@needs_torchvision
 def test_resnet34_reads_the_hub_cache_and_never_downloads(imagenet_ds, tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
     enum = tv.models.ResNet34_Weights.IMAGENET1K_V1
@@ -126,6 +128,7 @@ def _wilds_checkpoint(path: Path, state: dict, fmt: str, head: str) -> Path:
     return path
 
 
+@needs_torchvision
 def test_wilds_densenet121_loads_every_checkpoint_layout(tmp_path):
     make_camelyon17(tmp_path / "data", counts=(2, 2, 5, 2), size=32)
     ds = Camelyon17(root_dir=str(tmp_path / "data"))
@@ -145,6 +148,7 @@ def test_wilds_densenet121_loads_every_checkpoint_layout(tmp_path):
         assert all(torch.equal(loaded[k], v) for k, v in state.items()), fmt
 
 
+@needs_torchvision
 def test_wilds_checkpoint_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="worksheets.codalab.org"):
         WildsDenseNet121(checkpoint=str(tmp_path / "absent.pth")).build()
@@ -156,6 +160,7 @@ def test_wilds_checkpoint_errors(tmp_path):
         WildsResNet50(checkpoint=str(p)).build()  # a ResNet-18 is not a ResNet-50
 
 
+@needs_torchvision
 def test_wilds_resnet50_standardizes_each_image(tmp_path):
     make_rxrx1(tmp_path / "data", n_classes=4, size=32)
     ds = RxRx1(root_dir=str(tmp_path / "data"))
@@ -179,6 +184,7 @@ def cifar_c(tmp_path) -> CIFAR100C:
     return CIFAR100C(root=str(c_root), cifar_root=str(tmp_path / "clean"), n=60, val_size=12)
 
 
+@needs_open_clip
 def test_clip_zero_shot_logits_are_scaled_cosines(tmp_path, cifar_c):
     model = make_tiny_clip(tmp_path)
     clip = ClipZeroShot(model=model, pretrained=None, **LOADER)
@@ -212,6 +218,7 @@ def _assert_concatenation_is_whole(parts, whole) -> None:
     assert all(p.meta == whole.meta for p in parts)  # meta describes the whole split
 
 
+@needs_torchvision
 @pytest.mark.parametrize("bounds", [(0, 2, 4, 6), (0, 4, 6)])
 def test_row_ranges_of_a_split_are_the_whole_split_bit_for_bit(imagenet_ds, bounds):
     """The image backbones declare shardable: rows [a, b) extracted alone (a a multiple of
@@ -224,12 +231,14 @@ def test_row_ranges_of_a_split_are_the_whole_split_bit_for_bit(imagenet_ds, boun
         net.extract(imagenet_ds, "val", FitContext(seed=0, device="cpu", rows=(4, 9)))
 
 
+@needs_open_clip
 def test_clip_row_ranges_are_the_whole_split(tmp_path, cifar_c):
     clip = ClipZeroShot(model=make_tiny_clip(tmp_path), pretrained=None, **LOADER)
     whole = clip.extract(cifar_c, "val", CTX)
     _assert_concatenation_is_whole(_in_row_ranges(clip, cifar_c, "val", (0, 4, 8, 12)), whole)
 
 
+@needs_torchvision
 def test_augmented_outputs_do_not_depend_on_loader_workers(tmp_path):
     """AugMix views are seeded per image, so worker processes change nothing."""
     make_cifar100(tmp_path / "clean", n_train=8, n_test=2)
@@ -244,6 +253,7 @@ def test_augmented_outputs_do_not_depend_on_loader_workers(tmp_path):
     assert not np.allclose(clean.logits, outs[0].logits)
 
 
+@needs_open_clip
 def test_clip_never_downloads_weights(tmp_path):
     clip = ClipZeroShot(model="ViT-B-32", pretrained="openai", cache_dir=str(tmp_path / "cache"))
     with pytest.raises(FileNotFoundError) as info:
@@ -270,6 +280,7 @@ def test_clip_needs_class_names():
 
 
 # --------------------------------------------------------------------------- extraction
+@needs_torchvision
 def test_extraction_fails_fast_on_missing_files_and_bad_inputs(tmp_path, imagenet_ds):
     first = min(Path(imagenet_ds.root).rglob("*.JPEG"))
     imagenet_ds.split("val")  # indexed while the file existed
@@ -287,6 +298,7 @@ def test_extraction_fails_fast_on_missing_files_and_bad_inputs(tmp_path, imagene
         ResNet34(weights=None, **LOADER).extract(Arrays(), "val", CTX)
 
 
+@needs_torchvision
 def test_extraction_checks_labels(imagenet_ds):
     class Shuffled:
         num_classes = 3
@@ -373,6 +385,8 @@ def _run_e2e(tmp_path, experiment: dict, data_dirs: list[Path], n_methods: int =
     return board
 
 
+@needs_torchvision
+@needs_wilds
 def test_e2e_camelyon17_densenet(tmp_path):
     data = tmp_path / "wilds"
     make_camelyon17(data, counts=(2, 2, 16, 12), size=32)
@@ -387,6 +401,8 @@ def test_e2e_camelyon17_densenet(tmp_path):
     }, [data], n_methods=2)  # fmt: skip
 
 
+@needs_torchvision
+@needs_wilds
 def test_e2e_rxrx1_resnet50(tmp_path):
     data = tmp_path / "wilds"
     make_rxrx1(data, n_classes=4, size=32)
@@ -399,6 +415,7 @@ def test_e2e_rxrx1_resnet50(tmp_path):
     }, [data], n_methods=2)  # fmt: skip
 
 
+@needs_torchvision
 def test_e2e_imagenet_resnet34(tmp_path):
     root = make_imagefolder(tmp_path / "val", per_class=6)
     _run_e2e(tmp_path, {
@@ -408,6 +425,7 @@ def test_e2e_imagenet_resnet34(tmp_path):
     }, [root])  # fmt: skip
 
 
+@needs_open_clip
 def test_e2e_cifar100c_clip(tmp_path):
     make_cifar100(tmp_path / "clean", n_train=16, n_test=4)
     c_root = make_cifar100_c(tmp_path / "c", per_severity=4)

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import pickle
 import sys
 
 import numpy as np
 import pytest
 import torch
-
-pytest.importorskip("torchvision", reason="needs the vision extra: pip install 'selbench[vision]'")
-if importlib.util.find_spec("wilds") is None:  # not imported here: see datasets/wilds_data.py
-    pytest.skip("needs the vision extra: pip install 'selbench[vision]'", allow_module_level=True)
-
 from fixtures_vision import (
     CIFAR100_C_CORRUPTIONS,
     make_camelyon17,
@@ -21,6 +15,8 @@ from fixtures_vision import (
     make_cifar100_c,
     make_imagefolder,
     make_rxrx1,
+    needs_torchvision,
+    needs_wilds,
 )
 from PIL import Image
 from selbench.contract.registry import get_registry
@@ -28,7 +24,7 @@ from selbench_plugins.datasets.cifar import CIFAR100, CIFAR100_CLASSES, CIFAR100
 from selbench_plugins.datasets.imagenet import ImageNetVal, _class_names
 from selbench_plugins.datasets.wilds_data import Camelyon17, RxRx1
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.vision]
 
 
 def _pixels(path) -> torch.Tensor:
@@ -36,6 +32,7 @@ def _pixels(path) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------- WILDS
+@needs_wilds
 def test_camelyon17_splits_labels_domains_and_pixels(tmp_path):
     import pandas as pd
 
@@ -65,6 +62,7 @@ def test_camelyon17_splits_labels_domains_and_pixels(tmp_path):
     assert "outdated" not in sys.modules
 
 
+@needs_wilds
 def test_wilds_split_mapping_and_missing_data(tmp_path):
     make_camelyon17(tmp_path, size=32)
     ds = Camelyon17(root_dir=str(tmp_path), splits={"fit": "val", "target": "test"})
@@ -84,6 +82,7 @@ def test_wilds_split_mapping_and_missing_data(tmp_path):
     assert not empty.exists()  # nothing created, nothing downloaded
 
 
+@needs_wilds
 def test_rxrx1_experiments_as_domains_and_sirna_names(tmp_path):
     make_rxrx1(tmp_path, n_classes=4, size=16)
     ds = RxRx1(root_dir=str(tmp_path))
@@ -99,6 +98,7 @@ def test_rxrx1_experiments_as_domains_and_sirna_names(tmp_path):
 
 
 # --------------------------------------------------------------------------- ImageNet
+@needs_torchvision
 def test_imagenet_folder_geometry_and_labels(tmp_path):
     root = make_imagefolder(tmp_path / "val", per_class=2)
     ds = ImageNetVal(root=str(root), resize=40, crop=32)
@@ -147,6 +147,7 @@ def test_cifar100_reads_the_python_release(tmp_path):
         CIFAR100(root=str(tmp_path / "none")).split("train")
 
 
+@needs_torchvision
 def test_augmix_is_deterministic_per_image_and_seed(tmp_path):
     make_cifar100(tmp_path)
     plain = CIFAR100(root=str(tmp_path)).split("train").inputs
@@ -267,6 +268,11 @@ DECLARED = {
     },
     ("dataset", "digits"): {},
     ("dataset", "theory-mixture"): {},
+    ("dataset", "calarena"): {"folder": ("dir", ("*-experiments.csv",), True)},
+    ("dataset", "fd-shifts"): {"folder": ("dir", (
+        "raw_logits.npz", "raw_output.npz", "encoded_output.npz",
+        "test_results/raw_logits.npz", "test_results/raw_output.npz",
+        "test_results/encoded_output.npz"), True)},
     ("backbone", "resnet34"): {"weights_file": ("file", (), True)},
     ("backbone", "wilds-densenet121"): {"checkpoint": ("file", (), True)},
     ("backbone", "wilds-resnet50"): {"checkpoint": ("file", (), True)},

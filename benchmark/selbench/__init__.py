@@ -13,7 +13,8 @@ arrays in eval mode); both import torch, so they load on first use. Metrics live
 :mod:`selbench.metrics`.
 
 For scikit-learn users: :class:`SelectiveRecalibrator` (:mod:`selbench.library.estimator`) fits a
-method on your own arrays; :func:`run` runs a spec.
+method on your own arrays; :func:`tune` (:class:`TuneSearch`) tunes one with a spec's
+equal-budget protocol; :func:`run` runs a spec.
 """
 
 from typing import TYPE_CHECKING
@@ -48,6 +49,7 @@ if TYPE_CHECKING:  # pragma: no cover - imported lazily by __getattr__ below
         check_features,
         check_outputs,
     )
+    from selbench.execution.pysearch import TuneSearch
     from selbench.library.estimator import SelectiveRecalibrator
     from selbench.training.recalibrator import ModuleRecalibrator
     from selbench.training.torchutils import run_module
@@ -68,6 +70,21 @@ def run(spec, **kwargs):
     return _run(spec, **kwargs)
 
 
+def tune(estimator=None, logits=None, labels=None, features=None, **kwargs):
+    """Tune a :class:`SelectiveRecalibrator` on your arrays with the equal-budget protocol of
+    a spec's ``tuning:`` block: see :class:`selbench.execution.pysearch.TuneSearch`.
+
+    ``tune(est, logits, labels, trials=20, objective="ece1", search={...})`` returns the
+    fitted search: ``best_params_``, ``best_score_``, ``cv_results_`` and
+    ``best_estimator_`` (refitted on every row); ``estimator`` None tunes the paper's method.
+    """
+    from selbench.execution.pysearch import tune as _tune
+
+    if logits is None:
+        raise TypeError("tune() needs the logits (or a classifier's inputs) to tune on")
+    return _tune(estimator, logits, labels, features, **kwargs)
+
+
 _CHECKS = ("NotFittedError", "check_confidence", "check_features", "check_outputs")
 
 
@@ -77,6 +94,10 @@ def __getattr__(name):
         from selbench.library.estimator import SelectiveRecalibrator
 
         return SelectiveRecalibrator
+    if name == "TuneSearch":
+        from selbench.execution.pysearch import TuneSearch
+
+        return TuneSearch
     if name == "ModuleRecalibrator":  # these import torch: only when asked for
         from selbench.training.recalibrator import ModuleRecalibrator
 
@@ -90,6 +111,11 @@ def __getattr__(name):
 
         return getattr(checks, name)
     raise AttributeError(f"module 'selbench' has no attribute {name!r}")
+
+
+def __dir__():
+    # the lazily loaded names above are public too: dir() and tab completion list them
+    return sorted(set(globals()) | set(__all__))
 
 
 __all__ = [
@@ -115,6 +141,7 @@ __all__ = [
     "SplitData",
     "TrainableSelector",
     "Tune",
+    "TuneSearch",
     "__version__",
     "check_confidence",
     "check_features",
@@ -122,6 +149,7 @@ __all__ = [
     "params_model",
     "run",
     "run_module",
+    "tune",
     "hookimpl",
     "hookspec",
 ]

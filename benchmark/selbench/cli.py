@@ -1,4 +1,4 @@
-"""``selbench`` command line: run, validate, plugins, metrics, leaderboard, plot.
+"""``selbench`` command line: run, validate, plugins, metrics, leaderboard, plot, rank.
 
 Exit codes: 0 success, 1 a run failed (a plugin or the data misbehaved), 2 bad input
 (malformed spec, unknown plugin, bad arguments).
@@ -59,7 +59,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(md.read_text())
     print(
         f"{report.computed} cell(s) computed, {report.reused} reused; results in {report.out_dir}/ "
-        f"(leaderboard.md, .csv, .json)",
+        f"(leaderboard.md, .csv, .json, .html)",
         file=sys.stderr,
     )
     return EXIT_OK
@@ -68,11 +68,52 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from selbench.reporting.leaderboard import write_leaderboard
 
+    if args.html is not None:
+        return _leaderboard_site(args)
     paths = write_leaderboard(args.results_dir, out=args.out, allow_partial=args.allow_partial,
                               allow_mixed=args.allow_mixed)
     if not args.quiet:
         print(paths[0].read_text())
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return EXIT_OK
+
+
+def _leaderboard_site(args: argparse.Namespace) -> int:
+    """``--html SITE``: each results folder's leaderboard on its own, and ``SITE/index.html``
+    linking their pages."""
+    from selbench.reporting.html import write_index
+    from selbench.reporting.leaderboard import write_leaderboard
+
+    if args.out is not None:
+        _err("--html renders each results directory on its own (in that directory) and "
+             "--out combines them into one: use one of the two")
+        return EXIT_BAD_INPUT
+    paths = [p for d in args.results_dir
+             for p in write_leaderboard(d, allow_partial=args.allow_partial,
+                                        allow_mixed=args.allow_mixed)]
+    paths.append(write_index(args.results_dir, args.html))
+    print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_rank(args: argparse.Namespace) -> int:
+    from selbench.reporting.rankfolders import (
+        RankingInputError,
+        rank_folders,
+        render_ranking,
+        write_ranking,
+    )
+
+    try:
+        summary = rank_folders(args.results_dir, allow_partial=args.allow_partial,
+                               metrics=args.metric)
+    except RankingInputError as exc:
+        _err(str(exc))
+        return EXIT_BAD_INPUT
+    print(render_ranking(summary), end="")
+    if args.out is not None:
+        paths = write_ranking(summary, args.out)
+        print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return EXIT_OK
 
 
@@ -95,6 +136,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     folders = sorted({str(p.parent) for p in paths})
     print(f"wrote {len(paths)} figure file(s) in " + ", ".join(folders), file=sys.stderr)
+    out = args.out or args.results_dir[0]
+    if (out / "leaderboard.json").is_file():  # the page shows the figures: redraw it too
+        from selbench.reporting.html import write_page
+
+        print(f"wrote {write_page(out)}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -177,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_leaderboard(sub)
     _add_compare(sub)
     _add_plot(sub)
+    _add_rank(sub)
     return parser
 
 
@@ -238,18 +285,33 @@ def _add_validate(sub: argparse._SubParsersAction) -> None:
 
 def _add_listings(sub: argparse._SubParsersAction) -> None:
     """``plugins`` and ``metrics``: what is installed and registered."""
-    p = sub.add_parser("plugins", help="list plugins with their summaries and parameters")
+    p = sub.add_parser(
+        "plugins", help="list plugins with their summaries and parameters",
+        description="List every installed plugin (the built-ins and third-party packages "
+                    "registered under the `selbench` entry point), by kind: its name, summary, "
+                    "reference and providing package, then each parameter with its type, "
+                    "default, tuning space and description, as a spec's `params:` takes them.")
     p.add_argument("kind", nargs="?", choices=["dataset", "backbone", "selector", "recalibrator",
-                                               "loss", "scheme"])
+                                               "loss", "scheme"],
+                   help="list only this kind (default: all six)")
     p.set_defaults(func=cmd_plugins)
 
-    p = sub.add_parser("metrics", help="list the registered metrics (leaderboard columns)")
+    p = sub.add_parser(
+        "metrics", help="list the registered metrics (leaderboard columns)",
+        description="List every metric of the registry (selbench.metrics.METRICS): its key "
+                    "(what a spec's `metrics: [...]` names), label, kind (per coverage β or of "
+                    "the selector's ranking), whether lower or higher is better, what it "
+                    "needs, and a one-line definition; the first line names the default columns.")
     p.set_defaults(func=cmd_metrics)
 
 
 def _add_leaderboard(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("leaderboard", help="re-render the leaderboard of a results directory")
     _add_combine_options(p, "leaderboard")
+    p.add_argument("--html", type=Path, default=None, metavar="SITE",
+                   help="render each results directory's leaderboard on its own (not "
+                        "combined) and write SITE/index.html linking their pages "
+                        "(leaderboard.html, also written without --html)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=cmd_leaderboard)
 
@@ -281,6 +343,29 @@ def _add_plot(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", nargs="+", default=["png", "svg"], metavar="FMT",
                    help="file formats (default: png svg)")
     p.set_defaults(func=cmd_plot)
+
+
+def _add_rank(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "rank", help="rank the methods over every experiment of any results folders",
+        description="Average ranks, the Friedman test, Nemenyi's critical difference and win "
+                    "rates of the methods over every experiment of the results folders given "
+                    "(any specs: methods are matched by label; a same-named experiment or "
+                    "same-labelled method whose configuration differs between folders is kept "
+                    "apart as 'name (folder)', with a warning), printed as Markdown: the "
+                    "'Across experiments' section `selbench leaderboard DIR... --allow-mixed` "
+                    "writes. The diagrams: `selbench plot DIR... --allow-mixed --out DIR`.")
+    p.add_argument("results_dir", type=Path, nargs="+",
+                   help="results directories written by `selbench run` (two or more "
+                        "experiments in all)")
+    p.add_argument("--metric", nargs="+", metavar="KEY", default=None,
+                   help="rank only by these metrics (default: every metric with a direction "
+                        "that every experiment shows)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="also write ranking.md and ranking.json into this folder")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="rank the finished cells when some are missing")
+    p.set_defaults(func=cmd_rank)
 
 
 def _bad_input_types() -> tuple[type[BaseException], ...]:

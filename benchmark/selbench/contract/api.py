@@ -167,6 +167,7 @@ INPUT_KINDS: dict[str, str] = {
     "image-items": "a torch Dataset of (uint8 [3, H, W] image tensor, int label) items",
     "image-array": "a float numpy array of images [N, C, H, W]",
     "vectors": "a float numpy array of feature vectors [N, p]",
+    "text": "a sequence of N sentences (a numpy array or list of str)",
 }
 
 

@@ -221,11 +221,13 @@ def _run_locked(resolved, results, cache, dev, progress, plots, force, only, tqd
     else:
         _run_inline(resolved, results, cache, ident, todo, dev, progress, prov["spec_hash"],
                     report, tqdm, known)
-    report.files = write_leaderboard(results.root, known=known)
+    report.files = write_leaderboard(results.root, known=known, html=not plots)
     if plots:
+        from selbench.reporting.html import write_page
         from selbench.reporting.plots import write_plots
 
         report.files += write_plots(results.root)
+        report.files.append(write_page(results.root))  # the page shows the figures
     return report
 
 

@@ -446,6 +446,15 @@ class SelectiveRecalibrator(BaseEstimator):
                 the classifier's ``classes_``, else see ``classes_``).
         """
         plan = self._plan()
+        outputs, given = self._fitting_outputs(logits, labels, features, classes)
+        built = self._build(plan=plan)
+        return self._fit_built(built, outputs, given)
+
+    def _fitting_outputs(self, logits: Any, labels: Any, features: Any,
+                         classes: Any) -> tuple[ModelOutputs, bool]:
+        """:meth:`fit`'s arguments as validated :class:`ModelOutputs` (labels encoded as
+        logit columns, ``classes_`` decided) and whether features were given; what
+        :class:`selbench.execution.pysearch.TuneSearch` tunes on."""
         if self.classifier is not None and not isinstance(logits, ModelOutputs):
             if classes is not None and not np.array_equal(np.asarray(classes),
                                                           self.classifier.classes_):
@@ -460,9 +469,7 @@ class SelectiveRecalibrator(BaseEstimator):
             if labels is None:
                 raise DataError("labels: required; pass the true labels [N]")
             self._classes = fit_classes(labels, z.shape[1], classes)
-        outputs, given = self._outputs(logits, labels, features, labelled=True, fitted=False)
-        built = self._build(plan=plan)
-        return self._fit_built(built, outputs, given)
+        return self._outputs(logits, labels, features, labelled=True, fitted=False)
 
     def _fit_built(self, built: _Built, outputs: ModelOutputs,
                    features_given: bool = True) -> SelectiveRecalibrator:

@@ -1,6 +1,7 @@
 """The figures, drawn with matplotlib on plain data (arrays, metric curves, titles): reliability
 diagrams (binned and smoothed), metric-vs-coverage curves, risk-coverage curves, confidence
-histograms and critical-difference diagrams (ranks across experiments), and how a figure is
+histograms, critical-difference diagrams (ranks across experiments) and cost against
+quality, and how a figure is
 saved so that redrawing it gives the same bytes. What each figure shows, and which data
 :mod:`selbench.reporting.plots` hands it from a results folder, is described there.
 """
@@ -26,6 +27,7 @@ __all__ = [
     "RC_PARAMS",
     "ReliabilityBins",
     "confidence_figure",
+    "cost_quality_figure",
     "critical_difference_figure",
     "curves_figure",
     "figure_paths",
@@ -229,7 +231,8 @@ def reliability_diagram(confidence: Any, correct: Any, accepted: Any = None, n_b
         level: the intervals' confidence level in (0, 1).
 
     Returns:
-        The matplotlib ``Figure`` drawn on.
+        The matplotlib ``Axes`` drawn on (matplotlib's convention): ``ax`` when given, else
+        the Axes of the new figure; save or show it through ``ax.figure``.
     """
     if intervals not in ("clopper-pearson", None):
         raise ValueError(f"intervals must be 'clopper-pearson' or None; got {intervals!r}")
@@ -261,7 +264,7 @@ def reliability_diagram(confidence: Any, correct: Any, accepted: Any = None, n_b
     ax.set_xlabel("mean confidence in bin")
     ax.set_ylabel("accuracy in bin" + (f" ({level:.0%} Clopper–Pearson)" if intervals else ""))
     _legend_below(ax)
-    return ax.figure
+    return ax
 
 
 def _smooth_limits(series: list[tuple[str, str, np.ndarray, Any]]) -> tuple[float, float]:
@@ -612,5 +615,34 @@ def critical_difference_figure(ranks: Sequence[tuple[str, float]],
         ax.plot([lo - 0.05, high + 0.05], [y, y], color="black", linewidth=3.0,
                 solid_capstyle="round", zorder=3)
     _cd_rows(ax, ranks, x_lo, x_hi, top)
+    fig.suptitle(title, fontsize=9.5)
+    return fig
+
+
+#: the shortest time a cost figure draws on its log axis: cells record seconds to 1e-4
+_MIN_SECONDS = 1e-4
+
+
+def cost_quality_figure(points: Sequence[tuple[str, Sequence[tuple[float, float]],
+                                               tuple[float, float]]],
+                        x_label: str, y_label: str, title: str):
+    """Cost against quality (as :func:`selbench.reporting.cost.figure_args` gives them): per
+    method a colour of :data:`OKABE_ITO` and a marker, a small faint point per experiment and
+    a large one at the mean; seconds on a log axis (below 1e-4 s drawn at 1e-4, the
+    resolution the cells record)."""
+    fig = _figure(7.2, 4.4, right=2.3)
+    ax = fig.subplots()
+    ax.set_xscale("log")
+    for i, (name, per_exp, (mx, my)) in enumerate(points):
+        st = _style(i, len(points))
+        xs = [max(x, _MIN_SECONDS) for x, _ in per_exp]
+        ax.scatter(xs, [y for _, y in per_exp], s=14, color=st["color"], marker=st["marker"],
+                   alpha=0.35, linewidths=0)
+        ax.scatter([max(mx, _MIN_SECONDS)], [my], s=60, color=st["color"], marker=st["marker"],
+                   edgecolors="black", linewidths=0.6, label=name, zorder=3)
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
+    ax.grid(True, which="major", linestyle=":", color="0.8")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7.5, frameon=False)
     fig.suptitle(title, fontsize=9.5)
     return fig

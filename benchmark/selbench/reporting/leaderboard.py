@@ -28,14 +28,20 @@ directories run with different specs, are refused with an error naming the spec 
 A cell *reused* by a later run is not "mixed": its content key proves it is exactly the
 computation the current spec asks for, whichever spec first computed it.
 
+**The page.** ``leaderboard.html`` (:mod:`selbench.reporting.html`) shows the same tables,
+sortable and filterable, with the figures; it opens offline from ``file://``.
+
 **Across experiments.** With two or more experiments the JSON gets a ``summary`` (average
 ranks, Friedman and Nemenyi tests, win rates with bootstrap intervals) and the Markdown an
 "Across experiments" section, both from :mod:`selbench.reporting.ranking`; a single
-experiment's outputs have neither.
+experiment's outputs have neither. A spec with a ``questions:`` block gets its answers in
+``summary.questions`` and a "Pre-registered questions" part of that section
+(:mod:`selbench.reporting.questions`); a spec with ``cost: true`` a "Cost" section and
+``fit_seconds`` CSV rows (:mod:`selbench.reporting.cost`).
 
-The Markdown holds no dates or timings, so an interrupted-and-resumed run renders it byte for
-byte like an uninterrupted one; the JSON carries the full provenance (dates, versions, device,
-timings).
+The Markdown holds no dates or timings (unless the spec sets ``cost: true``), so an
+interrupted-and-resumed run renders it byte for byte like an uninterrupted one; the JSON
+carries the full provenance (dates, versions, device, timings).
 """
 
 from __future__ import annotations
@@ -54,7 +60,8 @@ from tabulate import tabulate
 from selbench.measure import stats as S
 from selbench.measure.guarantee import RISK_GUARANTEE_COLUMNS
 from selbench.measure.metrics import DEFAULT_COLUMNS, auc, metric_info
-from selbench.reporting import ranking
+from selbench.reporting import cost, questions, ranking
+from selbench.reporting.html import write_page
 from selbench.reporting.loading import LeaderboardError, ResultSet, load_results, short_hash
 from selbench.reporting.tuned import tuning_entry, tuning_line
 from selbench.util.files import atomic_write_json, atomic_write_text
@@ -140,11 +147,13 @@ def _curve_summary(curves: dict, betas: list[float], keys: list[str]) -> dict[st
 
 
 def _timing(results: ResultSet, experiment: str, method: str) -> dict[str, Any]:
-    fit, ev, devices = [], [], set()
+    fit, ev, tune, devices = [], [], [], set()
     for rec in results.cells:
         if rec["experiment"] == experiment and rec["method"] == method:
             t = rec.get("timing") or {}
             fit.append(float(t.get("fit_s", float("nan"))))
+            if rec.get("tuning"):  # the trials before the refit (tuned cells only)
+                tune.append(float(rec["tuning"].get("tune_s", float("nan"))))
             ev.append(float(t.get("eval_s", float("nan"))))
             if rec.get("device"):
                 devices.add(rec["device"])
@@ -154,6 +163,7 @@ def _timing(results: ResultSet, experiment: str, method: str) -> dict[str, Any]:
         "fit_s_mean": round(float(np.mean(fit)), 6) if fit else None,
         "fit_s_total": round(float(np.sum(fit)), 6) if fit else None,
         "eval_s_mean": round(float(np.mean(ev)), 6) if ev else None,
+        **({"tune_s_mean": round(float(np.mean(tune)), 6)} if tune else {}),
         "devices": sorted(devices),
     }
 
@@ -314,6 +324,11 @@ def tables_from(results: ResultSet) -> dict[str, Any]:
     }
     summary = ranking.summarize(experiments)  # across experiments: None with fewer than two
     if summary is not None:
+        asked, why_not = questions.questions_of(tables["spec"])  # the spec's pre-registered
+        if asked is not None:
+            summary["questions"] = questions.answer(experiments, asked)
+        elif why_not is not None:
+            summary["questions_note"] = why_not
         tables["summary"] = summary
     return tables
 
@@ -556,8 +571,11 @@ def render_markdown(tables: dict) -> str:
             lines += _markdown_auc(exp, cols, head, exp_p)
         else:
             lines += _markdown_per_beta(exp, cols, head, exp_p)
+    lines += cost.markdown(tables)  # only where the spec asks (cost: true)
     if tables.get("summary") is not None:
         lines += ranking.markdown_section(tables["summary"])
+        lines += questions.markdown(tables["summary"].get("questions"),
+                                    tables["summary"].get("questions_note"))
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -597,6 +615,7 @@ def render_csv(tables: dict) -> str:
                                      stat["n"], "" if p is None else repr(p),
                                      int(bool(stat.get("best"))), int(bool(stat.get("best_mean"))),
                                      *boot_cols])
+    writer.writerows(cost.csv_rows(tables))  # only where the spec asks (cost: true)
     return buf.getvalue()
 
 
@@ -607,8 +626,10 @@ def write_leaderboard(
     allow_partial: bool = False,
     allow_mixed: bool = False,
     known: Mapping[str, Any] | None = None,
+    html: bool = True,
 ) -> list[Path]:
-    """(Re)write ``leaderboard.md``, ``.csv`` and ``.json`` from the cells of results directories.
+    """(Re)write ``leaderboard.md``, ``.csv``, ``.json`` and ``.html`` from the cells of results
+    directories.
 
     Args:
         results_dirs: one results directory, or several to combine in one table.
@@ -617,6 +638,8 @@ def write_leaderboard(
         allow_mixed: combine cells / directories of different spec hashes.
         known: the cell records (by absolute path) the caller has just written or verified:
             taken as they are instead of being read and verified again (the runner's).
+        html: also write the page (:mod:`selbench.reporting.html`), with the figures found
+            under ``out/plots`` (the runner writes it after drawing them).
     """
     dirs = [Path(results_dirs)] if isinstance(results_dirs, (str, Path)) else [Path(d) for d in results_dirs]
     if out is None:
@@ -632,4 +655,6 @@ def write_leaderboard(
     atomic_write_text(paths[0], render_markdown(tables))
     atomic_write_text(paths[1], render_csv(tables))
     atomic_write_json(paths[2], tables)
+    if html:
+        paths.append(write_page(out, tables))
     return paths

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,6 +179,117 @@ def _merge_cells(dir_cells: list[dict], seen: dict[tuple, tuple[str, Path]],
         cells.append(rec)
 
 
+def _folder_names(dirs: Sequence[Path]) -> list[str]:
+    """How messages and kept-apart labels name each directory: its name, or its whole path
+    when two share a name."""
+    names = [d.name or str(d) for d in dirs]
+    return names if len(set(names)) == len(names) else [str(d) for d in dirs]
+
+
+def _signature(cells: list[dict], exp: str, label: str | None) -> str | None:
+    """What must agree for two directories' cells to share a table (``label`` None: the
+    experiment's settings and backbone outputs) or a row (the method's parameters and
+    tuning); None when their records do not say (no cell, or records before keys)."""
+    sigs = set()
+    for rec in cells:
+        comp = rec.get("components") or {}
+        if rec["experiment"] != exp or (label is not None and rec["method"] != label):
+            continue
+        part = comp.get("experiment") if label is None else (
+            {"method": comp["method"], "tuning": comp.get("tuning")} if "method" in comp
+            else None)
+        if part is not None:
+            sigs.add(json.dumps(part, sort_keys=True))
+    return min(sigs) if sigs else None
+
+
+def _place(groups: list[tuple[str | None, str]], sig: str | None, folder: str) -> str | None:
+    """The suffix of a directory's experiment or method among the variants seen so far
+    (``groups``: signature and folder of each): None for the first variant (or when the
+    records do not say), the folder of the first directory with that variant otherwise."""
+    if sig is None or not groups:
+        if not groups:
+            groups.append((sig, folder))
+        return None
+    for i, (known, owner) in enumerate(groups):
+        if known is None or known == sig:
+            return None if i == 0 else owner
+    groups.append((sig, folder))
+    return folder
+
+
+def _rename(loaded_dir: tuple, renames: dict[tuple[str, str | None], str]) -> tuple:
+    """A loaded directory with experiments (``(name, None)``) and methods (``(experiment,
+    label)``) renamed: its run.json's spec copied, its cells copied."""
+    d, run, cells, mixed_in, n_missing = loaded_dir
+    if not renames:
+        return loaded_dir
+    exps = []
+    for exp in run["spec"]["experiments"]:
+        new = json.loads(json.dumps(exp))
+        new["name"] = renames.get((exp["name"], None), exp["name"])
+        for m in new["methods"]:
+            m["label"] = renames.get((exp["name"], m["label"]), m["label"])
+        exps.append(new)
+    run = {**run, "spec": {**run["spec"], "experiments": exps}}
+    cells = [{**rec, "experiment": renames.get((rec["experiment"], None), rec["experiment"]),
+              "method": renames.get((rec["experiment"], rec["method"]), rec["method"])}
+             for rec in cells]
+    return d, run, cells, mixed_in, n_missing
+
+
+def _keep_apart(loaded: list[tuple], allow_mixed: bool) -> list[tuple]:
+    """Directories combined in one table: an experiment whose settings or backbone outputs
+    differ from the same-named experiment of an earlier directory becomes ``"name
+    (folder)"``, and a method whose parameters or tuning differ from the same-labelled
+    method's becomes ``"label (folder)"``, each with a warning (a row is one configuration:
+    its mean and spread over seeds mean nothing across two). Same-labelled methods of the
+    same configuration share a row; under ``allow_mixed``, where the directories' specs
+    differ, a warning names what each directory adds to it."""
+    folders = _folder_names([d for d, *_ in loaded])
+    exp_groups: dict[str, list] = {}
+    row_groups: dict[tuple[str, str], list] = {}
+    parts: dict[tuple[str, str], list[tuple[str, str, list[int]]]] = {}
+    out = []
+    for (d, run, cells, *_rest), folder in zip(loaded, folders):
+        renames: dict[tuple[str, str | None], str] = {}
+        for exp in run["spec"]["experiments"]:
+            name = exp["name"]
+            suffix = _place(exp_groups.setdefault(name, []), _signature(cells, name, None),
+                            folder)
+            new_name = name if suffix is None else f"{name} ({suffix})"
+            if suffix is not None:
+                renames[(name, None)] = new_name
+                first = exp_groups[name][0][1]
+                warnings.warn(f"experiment {name!r} of {folder} differs from {first}'s (its "
+                              f"settings or backbone outputs); kept apart as {new_name!r}",
+                              UserWarning, stacklevel=3)
+            for m in exp["methods"]:
+                label = m["label"]
+                suffix = _place(row_groups.setdefault((new_name, label), []),
+                                _signature(cells, name, label), folder)
+                new_label = label if suffix is None else f"{label} ({suffix})"
+                if suffix is not None:
+                    renames[(name, label)] = new_label
+                    first = row_groups[new_name, label][0][1]
+                    warnings.warn(f"experiment {new_name!r}: method {label!r} of {folder} "
+                                  f"differs from {first}'s (its parameters or tuning); kept "
+                                  f"apart as {new_label!r}", UserWarning, stacklevel=3)
+                seeds = sorted({int(c["seed"]) for c in cells
+                                if c["experiment"] == name and c["method"] == label})
+                parts.setdefault((new_name, new_label), []).append(
+                    (folder, run["provenance"]["spec_hash"], seeds))
+        out.append(_rename((d, run, cells, *_rest), renames))
+    for (exp, label), where in parts.items():
+        if allow_mixed and len(where) > 1 and len({h for _, h, _ in where}) > 1:
+            listing = " and ".join(f"{f} (seeds {', '.join(map(str, s)) or 'none'})"
+                                   for f, _, s in where)
+            warnings.warn(f"experiment {exp!r}: method {label!r} merges the cells of {listing}, "
+                          "computed with the same parameters by different specs",
+                          UserWarning, stacklevel=3)
+    return out
+
+
 def load_results(
     results_dirs: str | Path | Sequence[str | Path],
     *,
@@ -199,6 +311,8 @@ def load_results(
     loaded = [(d, *_load_dir(d, allow_partial, allow_mixed, known)) for d in dirs]
     if not allow_mixed:
         _check_one_spec(loaded)
+    if len(loaded) > 1:
+        loaded = _keep_apart(loaded, allow_mixed)
     sources, experiments, cells, seeds, mixed = [], [], [], [], []
     by_name: dict[str, dict] = {}
     seen: dict[tuple, tuple[str, Path]] = {}

@@ -48,6 +48,10 @@ without recomputing anything. Files go to ``DIR/plots/<experiment>/`` as PNG and
     Each method's average rank over the experiments for one metric (1 = best, on the left),
     a bar joining the methods whose ranks the Nemenyi test does not separate, and the
     critical difference drawn to scale: see :mod:`selbench.reporting.ranking`.
+``DIR/plots/summary/cost-quality.png``  (specs with ``cost: true``)
+    Seconds per cell (fit, and tuning where tuned; log scale) against the first ranked
+    metric, one point per method and experiment and one per method at the mean: see
+    :mod:`selbench.reporting.cost`.
 ``confidence/<method>.png``  (Figure 3)
     Left: histogram of the recalibrated confidence of all examples and of the accepted ones at
     β. Right: the method's selective accuracy over β (mean ± std over seeds), with the
@@ -91,7 +95,7 @@ from typing import Any
 import numpy as np
 
 from selbench.measure.metrics import accept_mask
-from selbench.reporting import figures, ranking
+from selbench.reporting import cost, figures, ranking
 from selbench.reporting.figkeys import FigureKeys, code_digest, value_digest
 from selbench.reporting.figures import (
     RC_PARAMS,
@@ -555,16 +559,21 @@ def _method_jobs(experiment: str, method: dict, label: str, curve: dict,
 
 
 def _summary_jobs(results: ResultSet, store: ResultsDir) -> list[_Job]:
-    """With two or more experiments, a critical-difference diagram of each metric the
+    """The cost-versus-quality figure where the spec asks for it (:mod:`selbench.reporting.
+    cost`); with two or more experiments, a critical-difference diagram of each metric the
     summary across experiments ranks (:mod:`selbench.reporting.ranking`), at least two
     methods ranked."""
-    summary = tables_from(results).get("summary")
-    if summary is None:
-        return []
+    tables = tables_from(results)
     where = store.plots_dir("summary")
-    return [_Job("critical_difference_figure", ranking.diagram(entry, len(summary["experiments"])),
-                 where / f"critical-difference-{key}")
-            for key, entry in summary["metrics"].items() if len(entry["methods"]) >= 2]
+    costs = cost.figure_args(tables)  # where the spec asks (cost: true)
+    jobs = [_Job("cost_quality_figure", costs, where / "cost-quality")] if costs else []
+    summary = tables.get("summary")
+    if summary is None:
+        return jobs
+    return jobs + [_Job("critical_difference_figure",
+                        ranking.diagram(entry, len(summary["experiments"])),
+                        where / f"critical-difference-{key}")
+                   for key, entry in summary["metrics"].items() if len(entry["methods"]) >= 2]
 
 
 def write_plots(

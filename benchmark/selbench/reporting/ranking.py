@@ -31,7 +31,10 @@ For each metric (:func:`summarize_metric`):
   B, the fraction of (experiment, seed) pairs on which A's value is better than B's (ties
   count ½), over the seeds every ranked method has in that experiment; with a percentile
   bootstrap interval (:data:`RESAMPLES` resamples, level :data:`LEVEL`, seeded with
-  :data:`SEED`) that resamples the experiments, then the seeds within each drawn experiment.
+  :data:`SEED`) that resamples the experiments, then the seeds within each drawn experiment;
+  beside them each method's **Elo rating** (CalArena's: the Bradley–Terry fit of the same
+  pairwise outcomes on the Elo scale, :mod:`selbench.measure.elo`), with a percentile
+  interval from refitting on the first :data:`ELO_RESAMPLES` of those resamples.
 
 The summary is a JSON-ready dict (``leaderboard.json``'s ``summary``); :func:`markdown_section`
 renders the leaderboard's "Across experiments" section, and :func:`diagram` gives what a
@@ -47,11 +50,13 @@ from typing import Any
 
 import numpy as np
 
+from selbench.measure import elo as E
 from selbench.measure import stats as S
 from selbench.measure.metrics import auc, metric_info
 
 __all__ = [
     "ALPHA",
+    "ELO_RESAMPLES",
     "LEVEL",
     "MAX_MATRIX_METHODS",
     "MIN_EXPERIMENTS",
@@ -79,6 +84,9 @@ MIN_EXPERIMENTS = 2
 MIN_METHODS = 3
 #: bootstrap resamples of the win rates, their interval's level, and the generator's seed
 RESAMPLES = 1000
+#: of those resamples, how many the Elo ratings are refitted on (each a Bradley-Terry fit;
+#: CalArena refits on 100)
+ELO_RESAMPLES = 100
 LEVEL = 0.95
 SEED = 0
 #: the leaderboard shows the whole win-rate matrix up to this many methods, else its compact form
@@ -91,6 +99,9 @@ POSTHOC_NAME = ("Nemenyi test (scikit_posthocs.posthoc_nemenyi_friedman); critic
 WIN_RATE_NAME = ("fraction of (experiment, seed) pairs on which the row method is better than "
                  "the column method (ties count 1/2); percentile bootstrap interval resampling "
                  "experiments, then seeds within each")
+ELO_NAME = ("Bradley-Terry ratings on the Elo scale (1000 + 400 / ln 10 * strength) from the "
+            "same pairwise outcomes (ties half a win each; selbench.measure.elo, as CalArena's "
+            "compute_elo_scores), refitted on the first elo_resamples bootstrap resamples")
 
 
 # --------------------------------------------------------------------------- values
@@ -265,7 +276,9 @@ def win_rates(per_experiment: Sequence[Mapping[str, Mapping[int, float]]], metho
     Returns:
         ``{"rate", "low", "high"}`` (``a -> b -> fraction``, None on the diagonal),
         ``"overall"`` (``a -> {"rate", "low", "high"}``: a's mean win rate against the
-        others), ``"pairs"`` (the number of (experiment, seed) pairs), ``"seeds"`` (per
+        others), ``"elo"`` (``a -> {"rating", "low", "high"}``: the Bradley-Terry rating of
+        the same outcomes on the Elo scale, :func:`selbench.measure.elo.elo`, its interval
+        from the first ``elo_resamples`` resamples), ``"pairs"`` (the number of (experiment, seed) pairs), ``"seeds"`` (per
         experiment), ``resamples``, ``level`` and ``seed``; the rates None when no
         experiment has a seed common to all methods.
     """
@@ -277,9 +290,12 @@ def win_rates(per_experiment: Sequence[Mapping[str, Mapping[int, float]]], metho
         if common:
             v = sign * np.array([[values[m][s] for m in methods] for s in common], dtype=np.float64)
             blocks.append(np.stack([_beats(row) for row in v]))
+    elo_resamples = min(ELO_RESAMPLES, resamples)
     out: dict[str, Any] = {"pairs": sum(len(s) for s in seeds), "seeds": seeds,
                            "resamples": resamples, "level": level, "seed": seed,
-                           "rate": None, "low": None, "high": None, "overall": None}
+                           "elo_resamples": elo_resamples,
+                           "rate": None, "low": None, "high": None, "overall": None,
+                           "elo": None}
     if not blocks:
         return out
     k = len(methods)
@@ -296,8 +312,25 @@ def win_rates(per_experiment: Sequence[Mapping[str, Mapping[int, float]]], metho
     overall = (point * off).sum(1) / max(k - 1, 1)
     out.update(rate=_matrix(methods, point), low=_matrix(methods, low), high=_matrix(methods, high),
                overall={m: {"rate": float(overall[i]), "low": float(o_low[i]),
-                            "high": float(o_high[i])} for i, m in enumerate(methods)})
+                            "high": float(o_high[i])} for i, m in enumerate(methods)},
+               elo=_elo(wins, weights[:elo_resamples], methods, tails))
     return out
+
+
+def _elo(wins: np.ndarray, weights: np.ndarray, methods: Sequence[str],
+         tails: Sequence[float]) -> dict[str, dict[str, float]]:
+    """Each method's Elo rating from the outcomes ``wins`` [pairs, k, k], and its percentile
+    interval over the bootstrap ``weights`` [resamples, pairs] (refitted on each)."""
+    k = len(methods)
+    flat = (wins * ~np.eye(k, dtype=bool)).reshape(len(wins), k * k)  # no match with itself
+    point = E.elo(flat.sum(0).reshape(k, k))
+    if not len(weights):
+        return {m: {"rating": float(point[i]), "low": None, "high": None}
+                for i, m in enumerate(methods)}
+    boot = np.stack([E.elo((w @ flat).reshape(k, k)) for w in weights])
+    low, high = np.quantile(boot, tails, axis=0)
+    return {m: {"rating": float(point[i]), "low": float(low[i]), "high": float(high[i])}
+            for i, m in enumerate(methods)}
 
 
 # --------------------------------------------------------------------------- summary
@@ -367,7 +400,7 @@ def summarize(experiments: Sequence[Mapping[str, Any]], *, resamples: int = RESA
         "alpha": ALPHA,
         "statistics": {"rank": "within each experiment by the mean over seeds, 1 = best, ties "
                                "share the average rank", "test": FRIEDMAN_NAME,
-                       "posthoc": POSTHOC_NAME, "win_rate": WIN_RATE_NAME},
+                       "posthoc": POSTHOC_NAME, "win_rate": WIN_RATE_NAME, "elo": ELO_NAME},
         "metrics": {k: summarize_metric(experiments, k, resamples=resamples, seed=seed)
                     for k in keys},
         "left_out_metrics": {k: "not shown in every experiment" for k in others},
@@ -465,13 +498,18 @@ def _win_table(entry: dict) -> list[str]:
             else f"*Beats* / *Loses to*: how many methods it beats / that beat it on more than "
                  f"half of {pairs}, counting the win rates whose {interval}.")
     lines = [f"### Win rates, {_md(entry['label'])}", "",
-             (f"{what} *All*: the mean win rate against the others, with its interval. Every "
-              "rate and interval is in leaderboard.json."), ""]
-    headers = ["Method", "All"] + ([_md(m) for m in methods] if full else ["Beats", "Loses to"])
+             (f"{what} *All*: the mean win rate against the others, with its interval. *Elo*: "
+              "the Bradley–Terry rating of the same outcomes on the Elo scale (mean 1000; as "
+              f"CalArena), with its {pct} interval over {win['elo_resamples']} of the resamples. "
+              "Every rate and interval is in leaderboard.json."), ""]
+    headers = ["Method", "All", "Elo"] + ([_md(m) for m in methods] if full
+                                          else ["Beats", "Loses to"])
     body = []
     for a in methods:
-        o = win["overall"][a]
-        line = [_md(a), f"{o['rate']:.2f} [{o['low']:.2f}, {o['high']:.2f}]"]
+        o, r = win["overall"][a], win["elo"][a]
+        line = [_md(a), f"{o['rate']:.2f} [{o['low']:.2f}, {o['high']:.2f}]",
+                f"{r['rating']:.0f}" + ("" if r["low"] is None
+                                        else f" [{r['low']:.0f}, {r['high']:.0f}]")]
         if not full:
             line += [str(sum(win["low"][a][b] > 0.5 for b in methods if b != a)),
                      str(sum(win["low"][b][a] > 0.5 for b in methods if b != a))]

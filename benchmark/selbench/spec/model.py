@@ -405,6 +405,66 @@ class ExperimentSpec(_Model):
         return self
 
 
+class BestOf(_Model):
+    """The comparison side of a question that stands for a group of methods: the member with
+    the best average rank on the question's metric over the experiments the question enters
+    (chosen once, on the same data; see :mod:`selbench.reporting.questions`)."""
+
+    best_of: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
+
+
+class QuestionPair(_Model):
+    """One pre-registered question: is method ``a`` better than ``b`` (a label, or the best of
+    a group of labels) on the questions' metric?"""
+
+    name: str = Field(min_length=1, description="the question, in words")
+    a: str = Field(min_length=1, description="a method label")
+    b: str | BestOf = Field(description="a method label, or {best_of: [labels]}")
+
+    def labels(self) -> list[str]:
+        """Every label the question names: ``a``, then ``b``'s."""
+        return [self.a] + ([self.b] if isinstance(self.b, str) else list(self.b.best_of))
+
+
+class QuestionsSpec(_Model):
+    """Questions written in the spec before any number exists, each answered across the
+    experiments by a paired test and a Bayesian comparison with a stated ROPE
+    (:mod:`selbench.reporting.questions`)."""
+
+    rope: float = Field(ge=0.0, description="region of practical equivalence: differences "
+                                            "within ±rope on the metric's scale count as equal")
+    metric: str = Field("ece1", description="registry metric with a direction; its AUC over "
+                                            "beta where the experiment reports auc")
+    alpha: float = Field(0.05, gt=0.0, lt=1.0, description="family-wise level (Holm)")
+    pairs: list[QuestionPair] = Field(min_length=1)
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, v: str) -> str:
+        if v not in METRICS:
+            raise PydanticCustomError("unknown_metric", "{msg}", {"msg": unknown_metric(v)})
+        if not METRICS[v].marked:
+            raise PydanticCustomError(
+                "metric_direction", "{name} has no direction (no method can be better); "
+                "choose one of {ok}",
+                {"name": repr(v), "ok": ", ".join(k for k, m in METRICS.items() if m.marked)})
+        return v
+
+    @model_validator(mode="after")
+    def _distinct(self) -> QuestionsSpec:
+        names = [p.name for p in self.pairs]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise PydanticCustomError("question_twice", "questions named twice: {dup}",
+                                      {"dup": ", ".join(map(repr, dup))})
+        for i, p in enumerate(self.pairs):
+            if p.a in p.labels()[1:]:
+                raise PydanticCustomError(
+                    "question_self", "pairs[{i}]: {a} is compared with itself", {"i": i,
+                                                                                 "a": repr(p.a)})
+        return self
+
+
 class Spec(_Model):
     spec_version: Literal[1]
     name: Name
@@ -417,6 +477,16 @@ class Spec(_Model):
                     "(default: the paper's ECE₁, ECE₂, Brier, accuracy, coverage)",
     )
     experiments: list[ExperimentSpec] = Field(min_length=1)
+    questions: QuestionsSpec | None = Field(
+        default=None,
+        description="pre-registered questions (pairs of methods compared on one metric "
+                    "across experiments, with a ROPE), answered in the leaderboard's summary",
+    )
+    cost: bool = Field(
+        default=False,
+        description="show the mean fit seconds per cell in the leaderboard and draw a "
+                    "cost-versus-quality figure (the Markdown then holds timings)",
+    )
     executor: ExecutorOptions | None = Field(
         default=None,
         description="where the cells are computed (selbench.execution.executors): inline, local or "
@@ -459,6 +529,37 @@ class Spec(_Model):
                         "({exp})", {"where": where, "name": repr(name), "needs": needs,
                                     "i": e_i, "exp": exp.name})
             exp.metrics = list(chosen)
+        return self
+
+    @model_validator(mode="after")
+    def _question_labels(self) -> Spec:
+        """Every label a question names is a method of some experiment, and the questions'
+        metric is a column of every experiment (the leaderboard answers from its tables)."""
+        q = self.questions
+        if q is None:
+            return self
+        labels = list(dict.fromkeys(m.label for e in self.experiments for m in e.methods))
+        for p_i, pair in enumerate(q.pairs):
+            where = [f"questions.pairs[{p_i}].a"] + (
+                [f"questions.pairs[{p_i}].b"] if isinstance(pair.b, str) else
+                [f"questions.pairs[{p_i}].b.best_of[{j}]" for j in range(len(pair.b.best_of))])
+            for path, label in zip(where, pair.labels()):
+                if label not in labels:
+                    raise PydanticCustomError(
+                        "question_label", "{path}: {label} is not a method label of any "
+                        "experiment; valid labels: {ok}",
+                        {"path": path, "label": repr(label), "ok": ", ".join(labels)})
+            if not any(set(pair.labels()) <= {m.label for m in e.methods}
+                       for e in self.experiments):
+                raise PydanticCustomError(
+                    "question_nowhere", "questions.pairs[{i}]: no experiment has all of "
+                    "{labels}", {"i": p_i, "labels": ", ".join(map(repr, pair.labels()))})
+        for e_i, exp in enumerate(self.experiments):
+            if q.metric not in (exp.metrics or ()):
+                raise PydanticCustomError(
+                    "question_metric", "questions.metric: {m} is not a column of "
+                    "experiments[{i}] ({exp}); add it to its metrics", {
+                        "m": repr(q.metric), "i": e_i, "exp": exp.name})
         return self
 
 
@@ -525,6 +626,9 @@ class ResolvedSpec:
     def canonical(self) -> dict:
         """The spec with defaults filled in (plugin params included), JSON-ready."""
         data = self.spec.model_dump(mode="json", exclude={"executor"})
+        for key in ("questions", "cost"):  # specs without them keep the hash they had
+            if not data.get(key):
+                del data[key]
         for d, exp in zip(data["experiments"], self.spec.experiments):
             if exp.tuning is None:  # untuned specs keep the canonical form they had
                 del d["tuning"]

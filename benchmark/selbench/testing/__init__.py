@@ -53,8 +53,9 @@ checks that apply to a plugin):
   determinism, unknown split names. Checks of a dataset whose files are absent (it raises
   ``FileNotFoundError``, as documented) are skipped.
 * **backbone**: ``extract`` on a tiny synthetic dataset of an input kind it declares
-  (``vectors`` or ``image-array``; other kinds are skipped) returns matching ``ModelOutputs``,
-  deterministically; a backbone declaring ``shardable`` returns, for row ranges of a split,
+  (``vectors``, ``image-array`` or ``text``; other kinds are skipped, and so are checks
+  whose ``extract`` needs an optional package that is not installed) returns matching
+  ``ModelOutputs``, deterministically; a backbone declaring ``shardable`` returns, for row ranges of a split,
   exactly those rows of the whole split with the whole split's ``meta``.
 
 The data are tiny and deterministic: plugins are fitted on ``make_outputs(120, 3, 6,
@@ -247,7 +248,8 @@ def _checks(kind: str, plugin: Any, params: Mapping[str, Any] | None, *,
 
 
 def check_plugin(kind: str, plugin: Any, params: Mapping[str, Any] | None = None, *,
-                 checks: Iterable[str] | None = None, skip: Iterable[str] = ()) -> None:
+                 checks: Iterable[str] | None = None, skip: Iterable[str] = (),
+                 quiet: bool = False) -> None:
     """Run every check that applies to ``plugin`` (see :func:`plugin_checks` for what
     ``plugin`` may be) and raise one :class:`ConformanceError` listing each broken rule.
 
@@ -259,6 +261,8 @@ def check_plugin(kind: str, plugin: Any, params: Mapping[str, Any] | None = None
             when ``plugin`` is a name or a :class:`selbench.Plugin`).
         checks: run only these checks (names as in :func:`all_checks`).
         skip: do not run these checks.
+        quiet: print nothing on success; by default one line on stdout says what passed
+            (``recalibrator 'shrink': 23 checks passed``, with the skipped ones counted).
 
     Raises:
         ConformanceError: an ``AssertionError`` naming the plugin, every failed check and
@@ -285,15 +289,9 @@ def check_plugin(kind: str, plugin: Any, params: Mapping[str, Any] | None = None
                                  f"{reasons[name]}")
     selected = [c for c in found
                 if (wanted is None or c.name in wanted or c._spec is None) and c.name not in skip]
-    failures: list[ConformanceError] = []
-    for check in selected:
-        try:
-            check()
-        except ConformanceError as exc:
-            failures.append(exc)
-        except CheckSkipped as exc:
-            warnings.warn(ConformanceWarning(f"{check.plugin}: {check.name}: skipped: {exc}"),
-                          stacklevel=2)
+    failures, skipped = _run_checks(selected)
+    if not failures and not quiet and selected:
+        print(_passed_line(selected[0].plugin, len(selected) - skipped, skipped))
     if len(failures) == 1:
         raise failures[0]
     if failures:
@@ -302,6 +300,29 @@ def check_plugin(kind: str, plugin: Any, params: Mapping[str, Any] | None = None
         raise ConformanceError(
             plugin_label, None,
             f"broke {len(failures)} of {len(selected)} checks:\n{lines}", failures)
+
+
+def _run_checks(selected: list[Check]) -> tuple[list[ConformanceError], int]:
+    """Run ``selected``: the broken rules, and how many checks could not run (each a
+    :class:`ConformanceWarning`)."""
+    failures: list[ConformanceError] = []
+    skipped = 0
+    for check in selected:
+        try:
+            check()
+        except ConformanceError as exc:
+            failures.append(exc)
+        except CheckSkipped as exc:
+            skipped += 1
+            warnings.warn(ConformanceWarning(f"{check.plugin}: {check.name}: skipped: {exc}"),
+                          stacklevel=3)
+    return failures, skipped
+
+
+def _passed_line(plugin: str, passed: int, skipped: int) -> str:
+    """``recalibrator 'shrink': 23 checks passed (1 skipped)``: check_plugin's success line."""
+    line = f"{plugin}: {passed} check{'s' if passed != 1 else ''} passed"
+    return line + (f" ({skipped} skipped)" if skipped else "")
 
 
 ExpectedFailures = Mapping[str, str] | Callable[[str, Any, str], "str | None"]

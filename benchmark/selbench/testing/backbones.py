@@ -21,12 +21,18 @@ from .support import (
     diff,
     equal,
     fit_context,
+    fmt_exc,
     register_check,
 )
 
+_THINGS = ("food", "phone", "film", "service", "battery", "plot")
+_WORDS = (("awful", "dreadful", "broken", "a waste of money"),
+          ("wonderful", "excellent", "superb", "a delight"))
+
 
 class _SyntheticDataset(Dataset):
-    """A tiny dataset of one input kind, for backbone checks (splits train / val / test)."""
+    """A tiny dataset of one input kind, for backbone checks (splits train / val / test):
+    ``vectors`` and ``text`` are binary, ``image-array`` has three classes."""
 
     def __init__(self, input_kind: str, seed: int = 0):
         self.input_kind_ = input_kind
@@ -37,6 +43,11 @@ class _SyntheticDataset(Dataset):
                 self.num_classes = 2
                 x = rng.normal(size=(n, 4))
                 labels = (x[:, 0] + 0.5 * rng.normal(size=n) > 0).astype(np.int64)
+            elif input_kind == "text":  # binary: short reviews, negative or positive
+                self.num_classes = 2
+                labels = rng.integers(0, 2, n).astype(np.int64)
+                x = np.array([f"The {_THINGS[i % len(_THINGS)]} was "
+                              f"{rng.choice(_WORDS[y])}." for i, y in enumerate(labels)])
             else:  # image-array: 8x8 grey images, three classes
                 self.num_classes = 3
                 labels = rng.integers(0, 3, n).astype(np.int64)
@@ -55,7 +66,7 @@ class _SyntheticDataset(Dataset):
 
 
 #: the input kinds the kit can synthesise for backbone checks
-SYNTHETIC_INPUT_KINDS = ("vectors", "image-array")
+SYNTHETIC_INPUT_KINDS = ("vectors", "image-array", "text")
 
 
 def _backbone_dataset(s: Subject) -> _SyntheticDataset:
@@ -69,7 +80,14 @@ def _backbone_dataset(s: Subject) -> _SyntheticDataset:
 
 
 def _extract(s: Subject, backbone: Any, ds: Dataset, split: str) -> ModelOutputs:
-    out = call(f"extract(dataset, {split!r}, context)", backbone.extract, ds, split, fit_context())
+    what = f"extract(dataset, {split!r}, context)"
+    try:
+        out = call(what, backbone.extract, ds, split, fit_context())
+    except Broken as exc:  # an optional dependency that is not installed: cannot run here
+        if isinstance(exc.__cause__, ImportError):
+            raise CheckSkipped(f"{what} needs what is not installed: "
+                               f"{fmt_exc(exc.__cause__)}") from exc
+        raise
     if not isinstance(out, ModelOutputs):
         raise Broken(f"extract(dataset, {split!r}, context) returned {brief(out)}, expected "
                      "selbench.ModelOutputs")

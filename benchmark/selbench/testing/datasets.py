@@ -82,8 +82,8 @@ def check_dataset_splits(s: Subject) -> None:
 def check_dataset_split_contract(s: Subject) -> None:
     """Every ``split(name)`` returns a ``SplitData`` whose ``labels`` are an integer array
     ``[N]`` in [0, K), whose ``inputs`` hold N examples of the declared ``input_kind``
-    (``vectors``: a float array ``[N, p]``; ``image-array``: a numeric array ``[N, C, H, W]``
-    or ``[N, H, W]``; ``model-outputs``: ``ModelOutputs`` with these labels; ``image-items``:
+    (``vectors``: a float array ``[N, p]``; ``text``: N ``str`` sentences; ``image-array``:
+    a numeric array ``[N, C, H, W]`` or ``[N, H, W]``; ``model-outputs``: ``ModelOutputs`` with these labels; ``image-items``:
     a dataset of ``(uint8 [3, H, W] tensor, label)`` items) and whose ``domain`` is None or
     ``[N]``. A missing file raises ``FileNotFoundError`` (the check is then skipped)."""
     ds = _dataset(s)
@@ -123,6 +123,14 @@ def _check_input_kind(where: str, kind: str | None, data: SplitData, n: int) -> 
                 and np.issubdtype(x.dtype, np.number)):
             raise Broken(f"{where}.inputs is {brief(x)}; input_kind 'image-array' means a "
                          "numeric ndarray [N, C, H, W] or [N, H, W]")
+    elif kind == "text":
+        if isinstance(x, np.ndarray):
+            ok = x.ndim == 1 and all(isinstance(v, str) for v in x.tolist())
+        else:
+            ok = isinstance(x, (list, tuple)) and all(isinstance(v, str) for v in x)
+        if not ok:
+            raise Broken(f"{where}.inputs is {brief(x)}; input_kind 'text' means N sentences "
+                         "(a 1-D array or list of str)")
     elif kind == "model-outputs":
         if not isinstance(x, ModelOutputs):
             raise Broken(f"{where}.inputs is {brief(x)}; input_kind 'model-outputs' means "

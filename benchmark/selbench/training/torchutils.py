@@ -32,10 +32,12 @@ import torch
 __all__ = [
     "EVAL_CHUNK",
     "BatchedMLP",
+    "OVERSUBSCRIBED_PRESSURE",
     "balanced_split",
     "batched_adam",
     "batched_threads",
     "build_mlp",
+    "cpu_pressure",
     "cpu_threads",
     "device_of",
     "epoch_permutations",
@@ -89,11 +91,45 @@ def cpu_threads(device: Any, threads: int = 1) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+#: CPU pressure (Linux PSI, ``/proc/pressure/cpu``: the share of the last 10 s, in %, in
+#: which some runnable task waited for a CPU) from which batched training takes one thread:
+#: with no task waiting it is near 0, on a machine whose every core is wanted twice near 100.
+OVERSUBSCRIBED_PRESSURE = 40.0
+_PSI_CPU = "/proc/pressure/cpu"
+
+
+def cpu_pressure(path: str = _PSI_CPU) -> float | None:
+    """The machine's CPU pressure now: PSI's ``some avg10`` in % (0 to 100), or ``None``
+    where the kernel does not report it (not Linux, PSI off, an unreadable file)."""
+    try:
+        with open(path, encoding="ascii") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        fields = line.split()
+        if fields[:1] == ["some"]:
+            for field in fields[1:]:
+                key, _, value = field.partition("=")
+                if key == "avg10":
+                    try:
+                        return float(value)
+                    except ValueError:
+                        return None
+    return None
+
+
 def batched_threads(device: Any) -> int:
     """Intra-op threads for batched training of many replicas on the CPU (see
-    :func:`cpu_threads`): all of torch's threads, unless ``SELBENCH_TRAIN_THREADS`` says
-    otherwise. With a leading replica dimension each matmul is large enough (tens of MFLOP)
-    that the threads pay, unlike the per-replica matmuls of the solo loop."""
+    :func:`cpu_threads`): what ``SELBENCH_TRAIN_THREADS`` says when it is set; else all of
+    torch's threads while the machine can give them, and one when it is oversubscribed
+    (CPU pressure of :func:`cpu_pressure` at least :data:`OVERSUBSCRIBED_PRESSURE`): torch's
+    OpenMP threads spin-wait for each other, so two threads on a core another process
+    holds made one tuning 3.4x slower than one thread (perf/README.md). With a leading
+    replica dimension each matmul is large enough (tens of MFLOP) that the threads pay on
+    an idle machine, unlike the per-replica matmuls of the solo loop. Results do not depend
+    on the choice: the batched training is bit for bit the same on 1 or 2 threads
+    (tests/test_threads.py)."""
     env = os.environ.get("SELBENCH_TRAIN_THREADS", "").strip()
     if env:
         try:
@@ -102,7 +138,12 @@ def batched_threads(device: Any) -> int:
             raise ValueError(
                 f"SELBENCH_TRAIN_THREADS must be a positive integer, got {env!r}"
             ) from exc
-    return torch.get_num_threads()
+    threads = torch.get_num_threads()
+    if threads > 1 and torch.device(device).type == "cpu":
+        pressure = cpu_pressure()
+        if pressure is not None and pressure >= OVERSUBSCRIBED_PRESSURE:
+            return 1
+    return threads
 
 
 def batched_adam(parameters: Sequence[torch.Tensor], lr: float, weight_decay: float):

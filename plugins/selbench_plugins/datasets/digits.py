@@ -36,7 +36,20 @@ Inputs are float32 ``[N, 1, 8, 8]`` in ``[0, 1]`` (the original 0-16 grey levels
                     c = 0.55, 0.4, 0.3, 0.2, 0.12
 ``impulse_noise``   salt-and-pepper: each pixel is set to 0 or 1 (equal odds) with probability
                     a = 0.03, 0.06, 0.10, 0.15, 0.22
+``occlusion``       a square patch of side 2, 3, 4, 5, 6 pixels set to 0 (cutout, DeVries &
+                    Taylor 2017), its position drawn uniformly per image inside the 8x8 image
+                    (about 6, 14, 25, 39, 56 % of the pixels); **not in the default set**
 ==================  ==========================================================================
+
+``occlusion`` was added after the first six and is last in :data:`CORRUPTIONS`, so the domain
+ids of the others did not move (occlusion at severity ``s`` is domain ``30 + s``), and it is
+enabled only when named (``corruptions: [occlusion]``): the default ``corruptions`` are
+:data:`DEFAULT_CORRUPTIONS`, the first six, and the default splits are byte for byte those
+of the releases before it (``tests/test_digits.py`` pins their digests).
+
+One experiment per corruption family and severity group is the ``shifted`` split restricted
+with these parameters, e.g. ``params: {seed: 0, corruptions: [rotation], severities: [3, 4],
+shifted_per_domain: null}`` (every ``test`` image, rotated, at severities 3 and 4).
 
 Every random corruption draws from its own stream seeded by (``seed``, split, corruption,
 severity), so a domain's images do not change when other corruptions are switched off.
@@ -50,9 +63,9 @@ import numpy as np
 from pydantic import AfterValidator, Field
 from selbench.contract.api import Dataset, Plugin, SplitData
 
-__all__ = ["CORRUPTIONS", "PLUGIN", "SEVERITY_LEVELS", "Digits", "corrupt"]
+__all__ = ["CORRUPTIONS", "DEFAULT_CORRUPTIONS", "PLUGIN", "SEVERITY_LEVELS", "Digits", "corrupt"]
 
-#: every corruption, in the order that defines the domain ids
+#: every corruption, in the order that defines the domain ids (new ones are appended)
 CORRUPTIONS: tuple[str, ...] = (
     "gaussian_noise",
     "shot_noise",
@@ -60,7 +73,11 @@ CORRUPTIONS: tuple[str, ...] = (
     "rotation",
     "contrast",
     "impulse_noise",
+    "occlusion",
 )
+#: the corruptions of the shifted splits unless ``corruptions`` names others: the first six
+#: (``occlusion`` came later and is enabled only when named, so default outputs stay the same)
+DEFAULT_CORRUPTIONS: tuple[str, ...] = CORRUPTIONS[:6]
 #: the parameter of each corruption at severities 1..5
 SEVERITY_LEVELS: dict[str, tuple[float, ...]] = {
     "gaussian_noise": (0.08, 0.16, 0.24, 0.32, 0.40),  # noise std
@@ -69,6 +86,7 @@ SEVERITY_LEVELS: dict[str, tuple[float, ...]] = {
     "rotation": (10, 20, 30, 40, 55),  # degrees
     "contrast": (0.55, 0.4, 0.3, 0.2, 0.12),  # kept fraction of the deviation from the mean
     "impulse_noise": (0.03, 0.06, 0.10, 0.15, 0.22),  # fraction of pixels replaced
+    "occlusion": (2, 3, 4, 5, 6),  # side of the zeroed square patch in pixels
 }
 _SPLIT_CODES = {"train": 0, "val": 1, "test": 2, "shifted": 3, "shifted_val": 4}
 
@@ -114,11 +132,24 @@ def corrupt(
     elif corruption == "contrast":
         mean = x.mean(axis=(1, 2), keepdims=True)
         out = mean + level * (x - mean)
-    else:  # impulse_noise
+    elif corruption == "impulse_noise":
         hit = rng.random(x.shape) < level
         salt = rng.random(x.shape) < 0.5
         out = np.where(hit, salt.astype(np.float64), x)
+    else:  # occlusion
+        out = np.where(_patch_mask(x.shape, int(level), rng), 0.0, x)
     return np.clip(out, 0.0, 1.0).astype(np.float32)
+
+
+def _patch_mask(shape: tuple[int, ...], side: int, rng: np.random.Generator) -> np.ndarray:
+    """Boolean ``[N, H, W]``: one ``side`` x ``side`` square per image, placed uniformly
+    (every position keeping the square inside the image equally likely)."""
+    n, h, w = shape
+    top = rng.integers(0, h - side + 1, size=n)[:, None]
+    left = rng.integers(0, w - side + 1, size=n)[:, None]
+    rows = (np.arange(h) >= top) & (np.arange(h) < top + side)  # [N, H]
+    cols = (np.arange(w) >= left) & (np.arange(w) < left + side)  # [N, W]
+    return rows[:, :, None] & cols[:, None, :]
 
 
 def _rotate(x: np.ndarray, angles: np.ndarray) -> np.ndarray:
@@ -146,15 +177,16 @@ def _fractions(v: tuple[float, float, float]) -> tuple[float, float, float]:
 def _corruptions(v: list[str]) -> list[str]:
     bad = [c for c in v if c not in CORRUPTIONS]
     if bad:
-        raise ValueError(f"unknown corruption(s) {bad}; available: {list(CORRUPTIONS)}")
+        raise ValueError(f"unknown corruption(s) {bad}; available: {', '.join(CORRUPTIONS)}")
     if not v or len(set(v)) != len(v):
-        raise ValueError("corruptions must be a non-empty list without repeats")
+        raise ValueError("corruptions must be a non-empty list without repeats, a subset of "
+                         f"{', '.join(CORRUPTIONS)}")
     return v
 
 
 def _severities(v: list[int]) -> list[int]:
     if not v or any(s not in range(1, 6) for s in v) or len(set(v)) != len(v):
-        raise ValueError(f"severities must be distinct integers in 1..5, got {v}")
+        raise ValueError(f"severities must be distinct integers among 1, 2, 3, 4, 5, got {v}")
     return v
 
 
@@ -178,8 +210,9 @@ class Digits(Dataset):
         seed: Annotated[int, Field(
             ge=0, description="seed of the split and of every corruption")] = 0,
         corruptions: Annotated[list[str], AfterValidator(_corruptions), Field(
-            description=f"corruptions in the shifted splits, a subset of {list(CORRUPTIONS)}",
-        )] = list(CORRUPTIONS),  # noqa: B006 - parameters are never mutated
+            description=f"corruptions in the shifted splits, a subset of {list(CORRUPTIONS)} "
+            "(default: all but occlusion)",
+        )] = list(DEFAULT_CORRUPTIONS),  # noqa: B006 - parameters are never mutated
         severities: Annotated[list[int], AfterValidator(_severities), Field(
             description="severities (1-5) in the shifted splits",
         )] = [1, 2, 3, 4, 5],  # noqa: B006 - parameters are never mutated

@@ -21,6 +21,11 @@ e.g. ``{val: [val], test: [test, test_ood]}`` (default: one split per distinct t
 it). Without one, the rows are partitioned at random (seeded by ``seed``) with the given
 ``fractions``, e.g. ``{val: 0.5, test: 0.5}``.
 
+``sha256`` (optional) names the file's SHA-256, in full or its first 16 or more hex digits
+(as published beside a file, e.g. ``../shared/data/README.md``): a copy whose digest differs
+is refused at ``selbench validate`` and before any computation, in one line naming the file,
+both digests and the parameter.
+
 Pair the dataset with the ``precomputed`` backbone
 (:mod:`selbench_plugins.backbones.precomputed`), which returns the split's outputs as they
 are. Save string arrays as fixed-width strings (``np.array(["val", ...])``), not as
@@ -29,6 +34,8 @@ Python objects: the file is read with ``allow_pickle=False``.
 
 from __future__ import annotations
 
+import hashlib
+import re
 import zipfile
 import zlib
 from pathlib import Path
@@ -220,6 +227,21 @@ def _npz_headers(path: Path, keys: dict[str, str]) -> tuple[dict[str, tuple], li
     return headers, files
 
 
+def _hex_digest(v: str | None) -> str | None:
+    if v is not None and not re.fullmatch(r"[0-9a-fA-F]{16,64}", v):
+        raise ValueError(f"sha256 must be 16 to 64 hexadecimal digits (the file's SHA-256 or "
+                         f"its first digits), got {v!r}")
+    return None if v is None else v.lower()
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def _known_roles(v: dict[str, str]) -> dict[str, str]:
     bad = sorted(set(v) - set(ROLES))
     if bad:
@@ -273,22 +295,48 @@ class PrecomputedDataset(Dataset):
             description="without a 'split' array: seeded random partition, split -> fraction",
         )] = {"val": 0.5, "test": 0.5},  # noqa: B006 - never mutated, as keys
         seed: Annotated[int, Field(ge=0, description="seed of the random partition")] = 0,
+        sha256: Annotated[str | None, AfterValidator(_hex_digest), Field(
+            description="the file's expected SHA-256 (64 hex digits, or its first 16 or "
+            "more); a copy with another digest is refused, naming the file",
+        )] = None,
     ):
         self.path = path
         self.keys = keys
         self.splits_map = splits
         self.fractions = fractions
         self.seed = seed
+        self.sha256 = sha256
         self._loaded: dict[str, Any] | None = None
+        self._verified = False
 
     # ------------------------------------------------------------------ reading
     def _name(self, role: str) -> str:
         return self.keys.get(role, role)
 
+    def _verify(self, path: Path) -> None:
+        """The file's SHA-256 starts with ``sha256`` (when given), else a :class:`DataError`
+        naming the file, both digests and the parameter."""
+        if self.sha256 is None or self._verified:
+            return
+        _check_header(path, f"precomputed: {path}")
+        try:
+            got = _file_sha256(path)
+        except OSError as exc:
+            raise DataError(f"precomputed: {path}: cannot read the file "
+                            f"({exc.strerror or exc})") from exc
+        if not got.startswith(self.sha256):
+            raise DataError(
+                f"precomputed: {path}: SHA-256 {got[:len(self.sha256)]} does not match the "
+                f"expected {self.sha256} (parameter sha256): another or a damaged copy of the "
+                "file; fetch the original, or update sha256 if the file changed on purpose"
+            )
+        self._verified = True
+
     def _load(self) -> dict[str, Any]:
         if self._loaded is not None:
             return self._loaded
         path = Path(self.path)
+        self._verify(path)
         arrays, files = _read_npz(path, self.keys)
         self._required(set(arrays), files, path)
         self._check_arrays(arrays, path)
@@ -340,6 +388,7 @@ class PrecomputedDataset(Dataset):
 
     def _headers(self) -> tuple[dict[str, tuple], list[str], int]:
         path = Path(self.path)
+        self._verify(path)
         headers, files = _npz_headers(path, self.keys)
         self._required(set(headers), files, path)
         n = headers["labels"][0][0] if len(headers["labels"][0]) == 1 else -1

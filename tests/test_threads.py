@@ -1,0 +1,62 @@
+"""Batched training's thread count (:func:`selbench.training.torchutils.batched_threads`):
+chosen from what the machine can give (one thread when the CPU is oversubscribed, so that
+torch's threads do not spin-wait for a core another process holds), and free to be chosen
+so because the trained replicas are bit for bit the same on one thread or two."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from selbench.training import torchutils
+from test_engine import CELLS, FAST, make_job, reg, synthetic
+
+
+def _psi(tmp_path, some: float) -> str:
+    path = tmp_path / "cpu"
+    path.write_text(f"some avg10={some:.2f} avg60=1.00 avg300=0.50 total=123\n"
+                    "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    return str(path)
+
+
+def test_cpu_pressure_reads_psi_some_avg10(tmp_path):
+    assert torchutils.cpu_pressure(_psi(tmp_path, 37.5)) == 37.5
+    assert torchutils.cpu_pressure(str(tmp_path / "absent")) is None
+    bad = tmp_path / "bad"
+    bad.write_text("some avg10=x\n")
+    assert torchutils.cpu_pressure(str(bad)) is None
+    bad.write_text("full avg10=50.00\n")  # no "some" line
+    assert torchutils.cpu_pressure(str(bad)) is None
+
+
+@pytest.mark.parametrize("pressure,expected", [(0.0, 4), (39.9, 4), (40.0, 1), (99.3, 1),
+                                               (None, 4)])
+def test_batched_threads_follow_the_machine(monkeypatch, pressure, expected):
+    monkeypatch.delenv("SELBENCH_TRAIN_THREADS", raising=False)
+    monkeypatch.setattr(torchutils, "cpu_pressure", lambda: pressure)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    assert torchutils.batched_threads("cpu") == expected
+    # the environment switch wins over the machine's pressure
+    monkeypatch.setenv("SELBENCH_TRAIN_THREADS", "3")
+    assert torchutils.batched_threads("cpu") == 3
+
+
+def test_batched_training_is_bitwise_the_same_on_one_or_two_threads(monkeypatch):
+    """The policy above may change the thread count from one batch to the next: results
+    must not depend on it (the batched matmuls split columns among threads, never a sum)."""
+    outs = {s: synthetic(seed=s) for s, _ in CELLS}
+    runs = []
+    for threads in ("1", "2"):
+        monkeypatch.setenv("SELBENCH_TRAIN_THREADS", threads)
+        jobs = [make_job(s, b, outs[s], rec="temperature", loss="s-mmce") for s, b in CELLS]
+        before = torch.get_num_threads()
+        torch.set_num_threads(2)
+        try:
+            reg("scheme", "joint", dict(FAST, noise_std=0.5)).fit_many(jobs)
+        finally:
+            torch.set_num_threads(before)
+        runs.append([(j.recalibrator.confidence(j.outputs),
+                      j.selector.score(j.outputs, j.recalibrator.confidence(j.outputs)))
+                     for j in jobs])
+    for (c1, s1), (c2, s2) in zip(*runs):
+        assert np.array_equal(c1, c2) and np.array_equal(s1, s2)
