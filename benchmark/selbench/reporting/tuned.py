@@ -24,15 +24,15 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def chosen_spread(per_seed: dict[str, Any]) -> dict[str, Any]:
+def chosen_spread(per_seed: dict[str, Any], log: bool = False) -> dict[str, Any]:
     """The spread over seeds of one parameter's chosen values (seed -> value): ``median``,
-    ``min``, ``max`` (and ``ratio`` max/min for positive numbers) of numbers, else the
-    ``counts`` of each value (its JSON form)."""
+    ``min``, ``max`` (and, ``log`` for a log-uniform space, ``ratio`` max/min) of numbers,
+    else the ``counts`` of each value (its JSON form)."""
     values = list(per_seed.values())
     if values and all(_number(v) for v in values):
         lo, hi = min(values), max(values)
         out = {"median": statistics.median(values), "min": lo, "max": hi}
-        if lo > 0:
+        if log and lo > 0:
             out["ratio"] = hi / lo
         return out
     counts: dict[str, int] = {}
@@ -53,9 +53,12 @@ def tuning_summary(results: ResultSet, exp: dict[str, Any]) -> dict[str, Any] | 
         return None
     tuned: dict[str, dict[str, Any]] = {}
     oracle: set[str] = set()
+    log: set[tuple[str, str]] = set()  # (method, parameter) tuned over a log-uniform space
     for rec in results.cells:
         if rec["experiment"] == exp["name"] and rec.get("tuning"):
             tuned.setdefault(rec["method"], {})[str(rec["seed"])] = rec["tuning"]["chosen"]
+            log.update((rec["method"], p) for p, space in rec["tuning"].get("space", {}).items()
+                       if "log_uniform" in space)
             if rec["tuning"].get("oracle"):
                 oracle.add(rec["method"])
     labels = [m["label"] for m in exp["methods"]]
@@ -65,8 +68,8 @@ def tuning_summary(results: ResultSet, exp: dict[str, Any]) -> dict[str, Any] | 
         params = sorted({p for c in by_seed.values() for p in c})
         chosen[m] = {p: {"per_seed": {s: c[p] for s, c in by_seed.items() if p in c}}
                      for p in params}
-        for entry in chosen[m].values():
-            entry.update(chosen_spread(entry["per_seed"]))
+        for p, entry in chosen[m].items():
+            entry.update(chosen_spread(entry["per_seed"], (m, p) in log))
     return {**block, "tuned": {m: tuned[m] for m in labels if m in tuned},
             "chosen": {m: chosen[m] for m in labels if m in tuned},
             "oracle": [m for m in labels if m in oracle],
@@ -110,7 +113,8 @@ def _scored(summary: dict[str, Any], train_beta: Any) -> str:
 
 def _chosen_table(summary: dict[str, Any]) -> list[str]:
     """The Markdown table of each tuned method's chosen parameters: per seed, then the median
-    and range over the seeds (a factor for positive numbers), or the counts of each choice."""
+    and range over the seeds (and max/min for a log-uniform space), or the counts of each
+    choice."""
     rows = []
     for method, params in summary.get("chosen", {}).items():
         for path, entry in params.items():
@@ -119,7 +123,7 @@ def _chosen_table(summary: dict[str, Any]) -> list[str]:
             if "median" in entry:
                 spread = (f"{_value(entry['median'])} [{_value(entry['min'])}, "
                           f"{_value(entry['max'])}]")
-                if "ratio" in entry and entry["ratio"] != 1 and isinstance(entry["max"], float):
+                if "ratio" in entry:
                     spread += f" (×{entry['ratio']:.3g})"
             else:
                 spread = ", ".join(f"{k} ({n} of {len(seeds)})"
