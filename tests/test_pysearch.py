@@ -48,11 +48,12 @@ def _estimator(method: dict, **params) -> SelectiveRecalibrator:
     return SelectiveRecalibrator.from_method(comps, device="cpu", **params)
 
 
-@pytest.mark.parametrize("sampler", ["random", "tpe"])
-def test_the_python_route_chooses_what_the_spec_route_chooses(tmp_path, sampler):
+@pytest.mark.parametrize("sampler, protocol", [("random", {}), ("tpe", {}),
+                                               ("random", {"folds": 3, "over": "betas"})])
+def test_the_python_route_chooses_what_the_spec_route_chooses(tmp_path, sampler, protocol):
     arrays = _arrays(tmp_path / "outputs.npz")
     spec = tiny_spec(name="tuned", seeds=(0, 1), methods=[HB, SEQ], n_fit=300,
-                     tuning={"trials": 4, "objective": "ece1", "sampler": sampler},
+                     tuning={"trials": 4, "objective": "ece1", "sampler": sampler, **protocol},
                      bootstrap={"resamples": 0},
                      dataset={"name": "precomputed",
                               "params": {"path": str(tmp_path / "outputs.npz")}},
@@ -70,7 +71,7 @@ def test_the_python_route_chooses_what_the_spec_route_chooses(tmp_path, sampler)
                 _estimator(method, beta=cell["train_beta"], seed=seed),
                 arrays["logits"][val][rows], arrays["labels"][val][rows],
                 arrays["features"][val][rows], trials=4, objective="ece1", sampler=sampler,
-                search=method.get("search"), progress=False)
+                search=method.get("search"), progress=False, **protocol)
             want = cell["tuning"]
             assert search.best_params_ == want["chosen"], (method["label"], seed)
             assert [h["params"] for h in search.tuning_["history"]] == \

@@ -215,11 +215,11 @@ def test_more_trials_extend_the_study_and_an_interrupted_study_resumes(tmp_path,
     real = tuning_mod._Objective.score
     calls = {"n": 0}
 
-    def flaky(self, est):
+    def flaky(self, *args):
         calls["n"] += 1
         if calls["n"] == 3:
             raise KeyboardInterrupt
-        return real(self, est)
+        return real(self, *args)
 
     monkeypatch.setattr(tuning_mod._Objective, "score", flaky)
     with pytest.raises(KeyboardInterrupt):

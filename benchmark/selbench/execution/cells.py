@@ -28,7 +28,13 @@ from selbench.contract.data import ModelOutputs
 from selbench.execution.errors import RunError
 from selbench.execution.guard import blame_plugin, describe_plugin, failure, fit_guarded
 from selbench.execution.keys import Cell, method_fields, method_params
-from selbench.execution.tuning import TuningError, study_name, tune_cell, with_params
+from selbench.execution.tuning import (
+    TuningError,
+    oracle_rows,
+    study_name,
+    tune_cell,
+    with_params,
+)
 from selbench.measure.evaluate import (
     EvaluationError,
     eval_rows,
@@ -38,8 +44,9 @@ from selbench.measure.evaluate import (
 )
 from selbench.measure.evaluate import intervals as evaluate_intervals
 from selbench.spec import ExperimentSpec, MethodSpec, ResolvedSpec, SpecError
+from selbench.spec.model import is_oracle
 from selbench.spec.search import method_space
-from selbench.store.results import CellRecord, ResultsDir, safe_name, slug
+from selbench.store.results import CellRecord, ResultsDir
 from selbench.training.devices import seed_everything
 
 if TYPE_CHECKING:  # pragma: no cover - imported when a method is built (scikit-learn is slow)
@@ -240,16 +247,33 @@ def _fingerprint(*objs: Any) -> str | None:
     return hashlib.sha256(buf.getvalue()).hexdigest()
 
 
+def _cell_eval_rows(exp: ExperimentSpec, cell: Cell, outputs: dict[str, ModelOutputs],
+                    method: MethodSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The cell's fitting rows, its evaluation rows and, for an oracle, the rows of the
+    evaluation split it tunes on (:func:`~selbench.execution.tuning.oracle_rows`: left out of
+    its evaluation)."""
+    where = f"experiments[{cell.e_i}]"
+    idx = fit_indices(len(outputs[exp.fit_split]), exp.n_fit, cell.seed, f"{where}.n_fit")
+    rows = eval_rows(len(outputs[exp.eval_split]), idx, exp.fit_split == exp.eval_split,
+                     exp.n_eval, cell.e_i)
+    if cell.components.get("tuning") is None or not is_oracle(exp, method):
+        return idx, rows, None
+    try:
+        kept, scored = oracle_rows(rows, exp.tuning.inner, cell.seed)
+    except TuningError as exc:
+        raise RunError(f"{where}: the oracle's {exc}") from None
+    return idx, kept, scored
+
+
 def _evaluation_data(
     exp: ExperimentSpec, cell: Cell, outputs: dict[str, ModelOutputs], memo: dict | None,
+    method: MethodSpec,
 ) -> tuple[np.ndarray, ModelOutputs, tuple[str, str]]:
     """The cell's fitting rows, its evaluation outputs and their memo key (the evaluation
     split and the SHA-256 of its rows); the previous cell's subset when it is the same."""
     where = f"experiments[{cell.e_i}]"
-    fit_all = outputs[exp.fit_split]
-    idx = fit_indices(len(fit_all), exp.n_fit, cell.seed, f"{where}.n_fit")
     eval_all = outputs[exp.eval_split]
-    rows = eval_rows(len(eval_all), idx, exp.fit_split == exp.eval_split, exp.n_eval, cell.e_i)
+    idx, rows, _ = _cell_eval_rows(exp, cell, outputs, method)
     if len(rows) == 0:
         raise RunError(f"{where}: no evaluation examples left")
     rows_key = (exp.eval_split, hashlib.sha256(rows.tobytes()).hexdigest())
@@ -386,7 +410,7 @@ def run_cell(
     last evaluation subset, which consecutive cells of one seed share.
     """
     exp = m.exp
-    idx, eval_out, rows_key = _evaluation_data(exp, cell, outputs, memo)
+    idx, eval_out, rows_key = _evaluation_data(exp, cell, outputs, memo, m.method)
     timing: dict[str, float] = {}
     est = fitted.estimator
     timing["fit_s"] = round(fitted.fit_s, 4)
@@ -452,13 +476,15 @@ def tune_and_fit(resolved: ResolvedSpec, cell: Cell, outputs: dict[str, ModelOut
     def make(chosen: dict) -> SelectiveRecalibrator:
         return m.estimator(cell.seed, cell.train_beta, device, chosen)
 
-    journal = (results.root / "tuning" / safe_name(exp.name, "experiment name")
-               / slug(m.method.label) / f"seed{cell.seed}.journal")
+    journal = results.journal_path(exp.name, m.method.label, cell.seed)
+    _, _, scored = _cell_eval_rows(exp, cell, outputs, m.method)
+    target = None if scored is None else outputs[exp.eval_split].subset(scored)
     t0 = time.perf_counter()
     info = tune_cell(params=m.params, space=method_space(resolved.registry, m.method),
                      tuning=exp.tuning, fitting=fitting, make=make, seed=cell.seed,
                      method_key=cell.components["method"], beta=float(cell.train_beta),
-                     journal=journal, study=study_name(cell.components), run=m.run)
+                     betas=exp.betas, journal=journal, study=study_name(cell.components),
+                     target=target, run=m.run)
     t1 = time.perf_counter()
     est = make(info["chosen"])
     m.run("fitting (the tuned parameters, on all fitting rows)", lambda: est.fit(fitting))

@@ -259,6 +259,8 @@ def plan_cells(resolved: ResolvedSpec, results: ResultsDir, ident: Identity) -> 
                     }
                     if tuning is not None:  # tuned and untuned results never mix
                         components["tuning"] = tuning
+                        # refused now (exit 2, before any fit) when a link is on its way
+                        results.journal_path(exp.name, method.label, seed)
                     if distribution:  # only then: the keys of other cells stay as they were
                         components["distribution_metrics"] = distribution
                     key = content_hash({k: v for k, v in components.items() if k != "names"})

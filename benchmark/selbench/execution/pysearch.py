@@ -35,6 +35,7 @@ from selbench.execution import tuning as _tuning_module
 from selbench.execution.codeid import code_digest
 from selbench.execution.tuning import study_name, tune_cell, with_params
 from selbench.library.estimator import ParamsError, SelectiveRecalibrator
+from selbench.measure.metrics import DEFAULT_BETAS
 from selbench.spec.model import MethodSpec, TuningSpec, content_hash
 from selbench.spec.search import check_search, method_space
 from selbench.util.progress import progress_bar
@@ -87,7 +88,13 @@ class TuneSearch(BaseEstimator):
             and the samplers, as a cell's training β and seed do.
         trials: Optuna trials (fits on the inner rows), as ``tuning.trials``.
         objective: a registry metric scored on the held-out rows (``selbench metrics``).
-        inner: the fraction of the rows held out to score trials, as ``tuning.inner``.
+        inner: the fraction of the rows held out to score trials, as ``tuning.inner``
+            (with ``folds=1``).
+        folds: ``tuning.folds``: k >= 2 fits each trial on k - 1 of k seeded folds and
+            scores the mean over the held-out folds (less noise, k times the fits).
+        over: ``"train_beta"`` (the objective at the estimator's ``beta``) or ``"betas"``
+            (its AUC over ``betas``), as ``tuning.over``.
+        betas: the coverage levels of ``over="betas"`` (default 0.5, 0.55, ..., 1.0).
         sampler: ``"tpe"`` or ``"random"``.
         search: ``{"<field>.<param>": {log_uniform|uniform|int: [low, high]} |
             {choice: [...]} | "default"}``, as a method's ``search:``; default: every space
@@ -116,7 +123,8 @@ class TuneSearch(BaseEstimator):
     def __init__(self, estimator: Any = None, *, trials: int = 20, objective: str = "ece1",
                  inner: float = 0.3, sampler: str = "tpe",
                  search: Mapping[str, Any] | None = None, journal: str | Path | None = None,
-                 progress: bool = True):
+                 progress: bool = True, folds: int = 1, over: str = "train_beta",
+                 betas: Any = None):
         self.estimator = estimator
         self.trials = trials
         self.objective = objective
@@ -125,6 +133,9 @@ class TuneSearch(BaseEstimator):
         self.search = search
         self.journal = journal
         self.progress = progress
+        self.folds = folds
+        self.over = over
+        self.betas = betas
 
     def _base(self) -> SelectiveRecalibrator:
         est = SelectiveRecalibrator() if self.estimator is None else clone(self.estimator)
@@ -137,8 +148,9 @@ class TuneSearch(BaseEstimator):
         from pydantic import ValidationError
 
         try:
-            return TuningSpec(trials=self.trials, objective=self.objective, inner=self.inner,
-                              sampler=self.sampler)
+            inner = {"inner": self.inner} if self.folds == 1 else {}
+            return TuningSpec(trials=self.trials, objective=self.objective, **inner,
+                              sampler=self.sampler, folds=self.folds, over=self.over)
         except ValidationError as exc:
             raise ParamsError([f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
                                for e in exc.errors()]) from None
@@ -164,9 +176,12 @@ class TuneSearch(BaseEstimator):
         method_key = content_hash(config)  # a spec cell's components["method"]
         components = {"method": method_key, "seed": int(est.seed), "beta": float(est.beta),
                       "data": _data_digest(fitting),
-                      "tuning": {"block": tuning.model_dump(mode="json"),
+                      "tuning": {"block": tuning.canonical(),
                                  "space": {p: t.to_json() for p, t in space.items()},
                                  "code": code_digest(_tuning_module)}}
+        betas = [float(b) for b in (DEFAULT_BETAS if self.betas is None else self.betas)]
+        if tuning.over == "betas":
+            components["betas"] = betas
 
         def make(chosen: dict[str, Any]) -> SelectiveRecalibrator:
             return est.set_params(**with_params(params, chosen)).__sklearn_clone__()
@@ -177,7 +192,7 @@ class TuneSearch(BaseEstimator):
             journal = Path(self.journal) if self.journal is not None else Path(tmp) / "journal"
             record = tune_cell(params=params, space=space, tuning=tuning, fitting=fitting,
                                make=make, seed=int(est.seed), method_key=method_key,
-                               beta=float(est.beta), journal=journal,
+                               beta=float(est.beta), betas=betas, journal=journal,
                                study=study_name(components), run=_counting(bar))
         self._adopt(record, make(record["chosen"]), logits, labels, features, classes)
         return self

@@ -5,6 +5,14 @@ inner part and score the objective on the held-out part at the cell's training �
 best parameters are returned for the refit on all fitting rows (:mod:`selbench.execution.cells`).
 Only the fitting rows are passed here: the evaluation split is never seen while tuning.
 
+With ``folds: k`` the fitting rows are cut into k seeded folds (:func:`fold_splits`) and a
+trial is fitted on k − 1 of them and scored on the held-out one, k times; its value is the
+mean. With ``over: betas`` a score is the objective's AUC over the experiment's β instead of
+its value at the training β. An oracle (``oracle: true``) is the exception to the rule above:
+its trials are fitted on all fitting rows and scored on ``target``, a seeded share of the
+cell's evaluation rows with their labels (:func:`oracle_rows`), which the cell then leaves
+out of its evaluation; its label says "(oracle)".
+
 Trials live in an Optuna journal file per (experiment, method, seed) under the results folder
 (``tuning/<experiment>/<method>/seed<s>.journal``), one study per cell named by the digest of
 everything that decides its trials except their number (:func:`study_name`): a rerun after a
@@ -24,7 +32,8 @@ Whatever the journal holds of a batch, its other trials are asked from the trial
 it, so a study resumed after a kill, or extended to more trials, asks what the
 uninterrupted study asked. A batch that fails to fit is fitted again one trial at a time,
 as before, so a failing trial fails (with the error the one-at-a-time study raised) after
-the trials before it are written.
+the trials before it are written. With folds, the batch is fitted once per fold (one
+:meth:`~selbench.contract.api.Scheme.fit_configurations` call each), fold after fold.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ import json
 import math
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,14 +54,15 @@ from selbench.contract.data import ModelOutputs
 from selbench.contract.search import Tune
 from selbench.execution.codeid import code_digest
 from selbench.execution.guard import fit_guarded
+from selbench.execution.journal import journal_storage
 from selbench.measure.evaluate import score
-from selbench.measure.metrics import METRICS, selective_metrics
+from selbench.measure.metrics import METRICS, auc, selective_metrics
 from selbench.spec import ExperimentSpec, MethodSpec, ResolvedSpec, content_hash
-from selbench.spec.model import TuningSpec
+from selbench.spec.model import TuningSpec, is_oracle
 from selbench.spec.search import method_space
 
-__all__ = ["TuningError", "inner_split", "study_name", "trial_batches", "tune_cell",
-           "tuning_components", "with_params"]
+__all__ = ["TuningError", "fold_splits", "inner_split", "oracle_rows", "study_name", "trial_batches",
+           "tune_cell", "tuning_components", "with_params"]
 
 #: Trials that ended without a finite objective score this, the worst value.
 WORST = float("inf")
@@ -68,6 +78,8 @@ STARTUP = 10
 BATCH = 5
 #: random-search trials fitted together (independent of each other: only memory bounds it)
 RANDOM_BATCH = 20
+#: the seed salt of an oracle's rows of the evaluation split (:func:`oracle_rows`)
+ORACLE_SALT = 0x0AC1E
 #: the user attribute holding a trial's index (0, 1, ...: the order of the sequential study)
 INDEX = "selbench_index"
 
@@ -86,7 +98,8 @@ def tuning_components(resolved: ResolvedSpec, exp: ExperimentSpec,
     space = method_space(resolved.registry, method)
     if not space:
         return None
-    return {"block": exp.tuning.model_dump(mode="json"),
+    oracle = {"oracle": True} if is_oracle(exp, method) and not exp.tuning.oracle else {}
+    return {"block": {**exp.tuning.canonical(), **oracle},
             "space": {path: tune.to_json() for path, tune in space.items()},
             "code": code_digest(sys.modules[__name__])}
 
@@ -110,14 +123,44 @@ def with_params(params: dict[str, Any], chosen: dict[str, Any]) -> dict[str, Any
     return out
 
 
-def inner_split(n: int, inner: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(inner rows, held-out rows) of ``n`` fitting rows, ``round(inner * n)`` held out."""
+def inner_split(n: int, inner: float, seed: int, salt: int = 0x7E57,
+                what: str = "fitting rows") -> tuple[np.ndarray, np.ndarray]:
+    """(inner rows, held-out rows) of ``n`` fitting rows, ``round(inner * n)`` held out
+    (``salt``: another seeded draw, such as the oracle's rows of the evaluation split)."""
     n_held = int(round(inner * n))
     if n_held < 1 or n_held > n - 1:
-        raise TuningError(f"tuning.inner={inner:g} of {n} fitting rows leaves "
-                          f"{n - n_held} to fit and {n_held} to score; both need at least one")
-    perm = np.random.default_rng([seed, 0x7E57]).permutation(n)
+        raise TuningError(f"tuning.inner={inner:g} of {n} {what} leaves "
+                          f"{n - n_held} to keep and {n_held} to score; both need at least one")
+    perm = np.random.default_rng([seed, salt]).permutation(n)
     return np.sort(perm[n_held:]), np.sort(perm[:n_held])
+
+
+def oracle_rows(rows: np.ndarray, inner: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows left to evaluate, rows an oracle scores its trials on) of a cell's evaluation
+    rows ``rows``: a seeded ``round(inner * n)`` of them (drawn apart from the fitting
+    split's inner part) are the oracle's, and are never evaluated."""
+    keep, scored = inner_split(len(rows), inner, seed, ORACLE_SALT, "evaluation rows")
+    return rows[keep], rows[scored]
+
+
+def fold_splits(fitting: ModelOutputs, folds: int, seed: int
+                ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(fitted rows, held-out rows) of each of ``folds`` folds of the fitting rows
+    (scikit-learn's ``StratifiedKFold`` on the backbone's top-label correctness, shuffled with
+    a seed drawn from the cell's seed, or ``KFold`` when right or wrong predictions are fewer
+    than ``folds``): every row is held out once."""
+    from sklearn.model_selection import KFold, StratifiedKFold
+
+    n = len(fitting)
+    if folds > n:
+        raise TuningError(f"tuning.folds={folds} of {n} fitting rows: each fold needs a row")
+    correct = fitting.correct()
+    state = _seed(seed, "folds")
+    if min(int(correct.sum()), int(n - correct.sum())) >= folds:
+        kf = StratifiedKFold(n_splits=folds, shuffle=True, random_state=state)
+        return [(a, b) for a, b in kf.split(np.zeros(n), correct)]
+    kf = KFold(n_splits=folds, shuffle=True, random_state=state)
+    return [(a, b) for a, b in kf.split(np.zeros(n))]
 
 
 def _seed(*parts: Any) -> int:
@@ -135,15 +178,14 @@ def _sampler(kind: str, seed: int):
                                       n_startup_trials=STARTUP)
 
 
-def _storage(journal: Path):
+def _storage(journal: Path | None):
+    """The journal's Optuna storage (:func:`~selbench.execution.journal.journal_storage`),
+    or an in-memory one without a journal (a Python caller tuning arrays)."""
     import optuna
 
-    journal.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        from optuna.storages.journal import JournalFileBackend
-    except ImportError:  # Optuna 3.x
-        return optuna.storages.JournalStorage(optuna.storages.JournalFileStorage(str(journal)))
-    return optuna.storages.JournalStorage(JournalFileBackend(str(journal)))
+    if journal is None:
+        return optuna.storages.InMemoryStorage()
+    return journal_storage(journal)
 
 
 def _suggest(trial: Any, path: str, tune: Tune) -> Any:
@@ -204,25 +246,27 @@ def _fit_together(estimators: list[Any], outputs: ModelOutputs) -> None:
 
 
 class _Objective:
-    """The trials of one cell: fit a batch of them on the inner rows, score each on the
-    held-out rows."""
+    """The trials of one cell: fit a batch of them on each split's fitted rows, score each on
+    its held-out rows; a trial's objective is the mean of its scores over the splits."""
 
     def __init__(self, make: Callable[[dict[str, Any]], Any], space: dict[str, Tune],
-                 inner: ModelOutputs, held: ModelOutputs, objective: str, beta: float,
+                 splits: list[tuple[ModelOutputs, ModelOutputs]], objective: str,
+                 betas: list[float], over_betas: bool,
                  run: Callable[[str, Callable[[], Any]], Any]):
-        self.make, self.space, self.inner, self.held = make, space, inner, held
-        self.objective, self.beta, self.run = objective, beta, run
+        self.make, self.space, self.splits = make, space, splits
+        self.objective, self.betas, self.over_betas, self.run = objective, betas, over_betas, run
         self.sign = 1.0 if METRICS[objective].lower_is_better else -1.0
 
-    def fit(self, chosen: list[dict[str, Any]]) -> tuple[list[Any], BaseException | None]:
-        """The fitted estimators of the trials ``chosen``, fitted together; when that fails,
-        fitted one by one as the sequential procedure did, up to the first that fails
-        (returned with its error, which the caller raises after telling the others)."""
+    def fit(self, chosen: list[dict[str, Any]], rows: ModelOutputs
+            ) -> tuple[list[Any], BaseException | None]:
+        """The fitted estimators of the trials ``chosen`` on ``rows``, fitted together; when
+        that fails, fitted one by one as the sequential procedure did, up to the first that
+        fails (returned with its error, which the caller raises after telling the others)."""
         if len(chosen) > 1:
             estimators = [self.make(c) for c in chosen]
             try:
                 self.run("tuning (fitting a batch of trials on the inner rows)",
-                         lambda: _fit_together(estimators, self.inner))
+                         lambda: _fit_together(estimators, rows))
                 return estimators, None
             except (KeyboardInterrupt, GeneratorExit):
                 raise
@@ -233,7 +277,7 @@ class _Objective:
             est = self.make(c)
             try:
                 self.run("tuning (fitting a trial on the inner rows)",
-                         lambda est=est: est.fit(self.inner))
+                         lambda est=est: est.fit(rows))
             except (KeyboardInterrupt, GeneratorExit):
                 raise
             except BaseException as exc:
@@ -241,32 +285,65 @@ class _Objective:
             fitted.append(est)
         return fitted, None
 
-    def score(self, est: Any) -> float:
-        """The objective of a fitted trial on the held-out rows at the cell's β: from the
-        selective metrics alone (a fraction of a millisecond) when it is one of them, else
-        from :meth:`~selbench.SelectiveRecalibrator.evaluate` (every metric). The value
+    def values(self, chosen: list[dict[str, Any]]) -> tuple[list[float], BaseException | None]:
+        """The objective of each of the trials ``chosen`` (one split after the other, each a
+        batch), up to the first trial that fails to fit or to score on some split, with that
+        error: the trials before it are complete on every split, as in the sequential study."""
+        sums = [0.0] * len(chosen)
+        n_ok, error = len(chosen), None
+        for fitted_rows, held in self.splits:
+            fitted, exc = self.fit(chosen[:n_ok], fitted_rows)
+            if exc is not None:
+                n_ok, error = len(fitted), exc
+            for i, est in enumerate(fitted[:n_ok]):
+                try:
+                    sums[i] += self.score(est, held)
+                except (KeyboardInterrupt, GeneratorExit):
+                    raise
+                except BaseException as exc:
+                    n_ok, error = i, exc
+                    break
+        return [total / len(self.splits) for total in sums[:n_ok]], error
+
+    def score(self, est: Any, held: ModelOutputs) -> float:
+        """The objective of a fitted trial on the held-out rows ``held``: at the cell's β, or
+        its AUC over the experiment's β (``over: betas``); from the selective metrics alone (a
+        fraction of a millisecond) when it is one of them, else from
+        :meth:`~selbench.SelectiveRecalibrator.evaluate` (every metric). The value
         :meth:`evaluate` gives either way."""
         def value() -> float:
             names = (est.names_["recalibrator"], est.names_["selector"])
-            arrays = score(self.held, est.recalibrator_, est.selector_, names)
+            arrays = score(held, est.recalibrator_, est.selector_, names)
             selects = bool(getattr(est.selector_, "selects", True))
             metrics = selective_metrics(arrays["score"], arrays["confidence"],
-                                        arrays["correct"], [self.beta if selects else 1.0],
+                                        arrays["correct"], self.betas if selects else [1.0],
                                         seed=int(est.seed))
             if self.objective not in metrics:
-                metrics = est.evaluate(self.held, betas=[self.beta])
-            return float(metrics[self.objective][0])
+                metrics = est.evaluate(held, betas=self.betas)
+            values = np.asarray(metrics[self.objective], dtype=float)
+            if self.over_betas and selects:
+                return auc(self.betas, values)
+            return float(values[0])
 
         v = self.run("tuning (scoring a trial on the held-out rows)", value)
         return v if math.isfinite(v) else self.sign * WORST
 
 
 def _complete(study: Any) -> list[Any]:
-    """The study's complete trials, by index."""
+    """The study's complete trials 0, 1, ..., up to the first index it lacks (the first of
+    a trial written twice; a trial without a valid index is not one of ours)."""
     import optuna
 
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    return sorted(done, key=lambda t: t.user_attrs[INDEX])
+    by_index: dict[int, Any] = {}
+    for t in done:
+        index = t.user_attrs.get(INDEX)
+        if isinstance(index, int) and not isinstance(index, bool) and t.value is not None:
+            by_index.setdefault(index, t)
+    out = []
+    while len(out) in by_index:
+        out.append(by_index[len(out)])
+    return out
 
 
 def _ask(asking: Any, objective: _Objective, sampler: str, seed: int, index: int,
@@ -306,15 +383,7 @@ def _run_batch(study: Any, objective: _Objective, batch: range, todo: range, sam
     asking.add_trials([t for t in _complete(study) if t.user_attrs[INDEX] < batch.start])
     asked = [_ask(asking, objective, sampler, seed, k, configured if k == 0 else {})
              for k in todo]
-    fitted, error = objective.fit([chosen for _, chosen in asked])
-    values = []
-    try:
-        for est in fitted:
-            values.append(objective.score(est))
-    except (KeyboardInterrupt, GeneratorExit):
-        raise
-    except BaseException as exc:
-        error = exc
+    values, error = objective.values([chosen for _, chosen in asked])
     for k, (trial, _), value in zip(todo, asked, values + [None] * len(asked)):
         _record(study, trial, k, value)
     if error is not None:
@@ -334,25 +403,57 @@ def _run_trials(study: Any, objective: _Objective, trials: int, sampler: str, se
                    configured)
 
 
+def _splits(tuning: TuningSpec, fitting: ModelOutputs, seed: int,
+            target: ModelOutputs | None) -> tuple[list[tuple[ModelOutputs, ModelOutputs]],
+                                                  dict[str, Any]]:
+    """The (fitted, held-out) outputs a trial is fitted and scored on, and their sizes for
+    the record: an oracle fits on all fitting rows and scores on ``target``; one held-out
+    part (``folds: 1``, ``inner``) or ``folds`` folds otherwise."""
+    if target is not None:
+        return [(fitting, target)], {"n_inner": len(fitting), "n_heldout": len(target)}
+    if tuning.folds == 1:
+        inner_idx, held_idx = inner_split(len(fitting), tuning.inner, seed)
+        return ([(fitting.subset(inner_idx), fitting.subset(held_idx))],
+                {"n_inner": int(len(inner_idx)), "n_heldout": int(len(held_idx))})
+    folds = fold_splits(fitting, tuning.folds, seed)
+    return ([(fitting.subset(a), fitting.subset(b)) for a, b in folds],
+            {"n_inner": [int(len(a)) for a, _ in folds],
+             "n_heldout": [int(len(b)) for _, b in folds]})
+
+
 # kept whole: the procedure reads top to bottom (split, study, trials, best)
 def tune_cell(*, params: dict[str, Any], space: dict[str, Tune], tuning: TuningSpec,
               fitting: ModelOutputs, make: Callable[[dict[str, Any]], Any], seed: int,
-              method_key: str, beta: float, journal: Path, study: str,
+              method_key: str, beta: float, betas: Sequence[float] | None = None,
+              journal: Path | None = None, study: str = "selbench",
+              target: ModelOutputs | None = None,
               run: Callable[[str, Callable[[], Any]], Any] = lambda stage, fn: fn(),
               ) -> dict[str, Any]:
     """Tune one cell on its fitting rows ``fitting``; the record of :attr:`CellRecord.tuning`
     (``chosen``: the best ``"<field>.<param>"`` values, ``history``: each trial's params and
     objective value, in order).
 
-    ``make(chosen)`` builds the cell's unfitted estimator with ``chosen`` set; ``run(stage,
-    fn)`` calls ``fn`` (the runner's names the plugin that fails).
+    ``params`` are the estimator's method parameters (``"<field>"`` -> ``{"name", "params"}``,
+    :func:`~selbench.execution.keys.method_params`), ``space`` the tuned ones
+    (:func:`~selbench.spec.search.method_space`), ``make(chosen)`` builds the cell's unfitted
+    estimator with ``chosen`` set, ``seed`` draws the splits and seeds the sampler with
+    ``method_key`` (any string naming the method), ``beta`` is the cell's training β and
+    ``betas`` the coverage levels of ``over: betas``. ``journal``: the Optuna journal file
+    the study ``study`` lives in (resumable; None: in memory). ``target``: labelled rows of
+    the evaluation split to score trials on, fitted on all of ``fitting`` (an oracle; None:
+    the fitting rows only). ``run(stage, fn)`` calls ``fn`` (the runner's names the plugin
+    that fails). No results folder is needed.
     """
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    inner_idx, held_idx = inner_split(len(fitting), tuning.inner, seed)
-    objective = _Objective(make, space, fitting.subset(inner_idx), fitting.subset(held_idx),
-                           tuning.objective, beta, run)
+    over_betas = tuning.over == "betas"
+    if over_betas and (betas is None or len(betas) < 2):
+        raise TuningError("tuning.over: betas needs at least two coverage levels (betas)")
+    splits, sizes = _splits(tuning, fitting, seed, target)
+    objective = _Objective(make, space, splits, tuning.objective,
+                           [float(b) for b in betas] if over_betas else [float(beta)],
+                           over_betas, run)
     lower = METRICS[tuning.objective].lower_is_better
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -368,11 +469,13 @@ def tune_cell(*, params: dict[str, Any], space: dict[str, Tune], tuning: TuningS
         "objective": tuning.objective,
         "direction": "minimize" if lower else "maximize",
         "beta": float(beta),
+        **({"over": "betas", "betas": [float(b) for b in betas]} if over_betas else {}),
         "sampler": tuning.sampler,
         "trials": tuning.trials,
-        "inner": tuning.inner,
-        "n_inner": int(len(inner_idx)),
-        "n_heldout": int(len(held_idx)),
+        **({"folds": tuning.folds} if tuning.folds > 1 and target is None else
+           {"inner": tuning.inner}),
+        **({"oracle": True} if target is not None else {}),
+        **sizes,
         "space": {path: t.to_json() for path, t in space.items()},
         "chosen": history[best]["params"],
         "best_value": history[best]["value"],

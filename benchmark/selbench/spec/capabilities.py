@@ -21,7 +21,15 @@ from selbench.contract.api import (
 from selbench.contract.params import PluginBase
 from selbench.contract.registry import Registered, Registry
 from selbench.measure.metrics import METRICS
-from selbench.spec.model import METHOD_FIELDS, ExperimentSpec, MethodSpec, ResolvedSpec
+from selbench.spec.model import (
+    METHOD_FIELDS,
+    ExperimentSpec,
+    MethodSpec,
+    ResolvedSpec,
+    is_oracle,
+    objectives,
+)
+from selbench.spec.search import method_space
 
 # What plugins declare about each other (see the table in :mod:`selbench.contract.api`), read from
 # the factory when it is a class. Nothing here depends on a plugin's name.
@@ -181,6 +189,48 @@ def check_distribution_metrics(registry: Registry, exp: ExperimentSpec, base: st
                 f"{base}.metrics: {', '.join(map(repr, wanted))} need the recalibrated "
                 f"distribution, which recalibrator {name!r} of {base}.methods[{m_i}] "
                 f"({m.label}) does not define (it declares no provides_log_probs)"
+                + _hint("recalibrators that define it", _names(
+                    registry, "recalibrator", lambda f: issubclass(f, DifferentiableRecalibrator)
+                    and getattr(f, "provides_log_probs", None) is True)))
+
+
+def _defines_distribution(reg: Registered) -> Any:
+    """Whether a recalibrator defines the recalibrated distribution (a
+    :class:`DifferentiableRecalibrator` declaring ``provides_log_probs = True``);
+    :data:`_UNDECLARED` for a factory function (checked when run)."""
+    if _cap(reg, "provides_log_probs", None) is _UNDECLARED:
+        return _UNDECLARED
+    return (_is(reg, DifferentiableRecalibrator) is True
+            and _cap(reg, "provides_log_probs", None) is True)
+
+
+def check_tuning_objective(registry: Registry, exp: ExperimentSpec, base: str,
+                           errors: list[str]) -> None:
+    """What the tuning block needs from each method it tunes (a method with a search space):
+    an objective of the recalibrated distribution (registry ``needs="log_probs"``) a
+    recalibrator that defines it, as the columns of :func:`check_distribution_metrics`; an
+    oracle something to tune. The messages list only the objectives that can work."""
+    if exp.tuning is None:
+        return
+    needs = METRICS[exp.tuning.objective].needs
+    for m_i, m in enumerate(exp.methods):
+        try:
+            space = method_space(registry, m)
+            reg = registry.get("recalibrator", m.recalibrator.name)
+        except Exception:  # an unknown plugin or a bad space is reported by their checks
+            continue
+        if not space:
+            if is_oracle(exp, m):
+                errors.append(f"{base}.methods[{m_i}].tuning.oracle: {m.label!r} has no search "
+                              "space, so nothing is tuned on the evaluation labels; leave it "
+                              "out of the oracle")
+            continue
+        if needs == "log_probs" and _defines_distribution(reg) is False:
+            errors.append(
+                f"{base}.tuning.objective: {exp.tuning.objective!r} needs the recalibrated "
+                f"distribution, which recalibrator {m.recalibrator.name!r} of "
+                f"{base}.methods[{m_i}] ({m.label}) does not define; objectives that can tune "
+                f"it: {', '.join(objectives((None,)))}"
                 + _hint("recalibrators that define it", _names(
                     registry, "recalibrator", lambda f: issubclass(f, DifferentiableRecalibrator)
                     and getattr(f, "provides_log_probs", None) is True)))

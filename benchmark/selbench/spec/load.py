@@ -28,6 +28,7 @@ from selbench.spec.capabilities import (
     check_distribution_metrics,
     check_inputs_kind,
     check_method,
+    check_tuning_objective,
 )
 from selbench.spec.model import (
     METHOD_FIELDS,
@@ -116,6 +117,7 @@ def _check_components(registry: Registry,
         for m_i, m in enumerate(exp.methods):
             _check_method_components(registry, m, f"{base}.methods[{m_i}]", errors, validated)
         check_distribution_metrics(registry, exp, base, errors)
+        check_tuning_objective(registry, exp, base, errors)
     return errors, validated
 
 

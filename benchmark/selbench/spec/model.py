@@ -26,10 +26,10 @@ from pydantic_core import PydanticCustomError
 from selbench.contract.inputs import InputSpec, declared_inputs, resolve_path
 from selbench.contract.registry import Registry
 from selbench.contract.search import SearchError, Tune
-from selbench.measure import hierarchical as hier
 from selbench.measure.guarantee import RISK_GUARANTEE_COLUMNS
 from selbench.measure.metrics import DEFAULT_BETAS, DEFAULT_COLUMNS, METRICS, unknown_metric
 from selbench.spec.executor import ExecutorOptions
+from selbench.spec.questions import HierarchicalSpec, QuestionsSpec
 
 SPEC_VERSION = 1
 
@@ -75,6 +75,28 @@ class Component(_Model):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
+#: the end of an oracle method's label (:class:`MethodTuning`): in every table it is shown in
+ORACLE = " (oracle)"
+
+
+def is_oracle(exp: Any, method: Any) -> bool:
+    """Whether ``method`` of ``exp`` is tuned on evaluation labels (an oracle row)."""
+    if exp.tuning is None:
+        return False
+    own = method.tuning.oracle if method.tuning is not None else False
+    return bool(own or exp.tuning.oracle)
+
+
+class MethodTuning(_Model):
+    """How one method is tuned, beside the experiment's ``tuning`` block."""
+
+    oracle: bool = Field(
+        False, description="score this method's trials on labelled rows of the evaluation "
+                           "split (a seeded `inner` share of its evaluation rows, then left out "
+                           "of its evaluation): an oracle, never a result; its label gets "
+                           "' (oracle)'")
+
+
 class MethodSpec(_Model):
     """One leaderboard row: a scheme applied to a selector and a recalibrator."""
 
@@ -84,6 +106,9 @@ class MethodSpec(_Model):
     recalibrator: Component = Field(default_factory=lambda: Component(name="none"))
     loss: Component | None = Field(default=None, description="selective loss (trained schemes)")
     coverage: Component | None = Field(default=None, description="coverage loss (trained schemes)")
+    tuning: MethodTuning | None = Field(
+        default=None, description="with the experiment's `tuning`: {oracle: true} tunes this "
+                                  "method on evaluation labels (an oracle row)")
     search: SearchSpace = Field(
         default=None,
         description="with the experiment's `tuning`: the parameters tuned, {\"<field>.<param>\": "
@@ -94,14 +119,48 @@ class MethodSpec(_Model):
 
 class TuningSpec(_Model):
     """Equal-budget tuning (:mod:`selbench.execution.tuning`): each method's cell gets ``trials``
-    fits on an ``inner`` part of its fitting rows, scored by ``objective`` on the rest."""
+    fits on an ``inner`` part of its fitting rows, scored by ``objective`` on the rest (or, with
+    ``folds: k``, k fits each on k − 1 folds, scored on the held-out fold and averaged)."""
 
     trials: int = Field(ge=1, le=100_000, description="Optuna trials per method and seed")
     objective: Annotated[str, AfterValidator(_objective)] = Field(
-        description="registry metric scored on the held-out fitting rows at the training β")
+        description="registry metric scored on the held-out fitting rows")
+    over: Literal["train_beta", "betas"] = Field(
+        "train_beta", description="score the objective at the cell's training β (train_beta), "
+                                  "or its AUC over the experiment's betas (betas: smoother)")
     inner: float = Field(0.3, gt=0.0, lt=1.0,
-                         description="fraction of the fitting rows held out to score trials")
+                         description="fraction of the fitting rows held out to score trials "
+                                     "(folds: 1)")
+    folds: int = Field(1, ge=1, le=50,
+                       description="1: one held-out part (inner); k >= 2: each trial fitted k "
+                                   "times on k - 1 of k seeded folds (stratified by the "
+                                   "backbone's correctness where possible), the mean of its "
+                                   "held-out scores is the objective")
     sampler: Literal["tpe", "random"] = Field("tpe", description="Optuna sampler (seeded)")
+    oracle: bool = Field(
+        False, description="tune every method on labelled rows of the evaluation split "
+                           "(an oracle: rows marked '(oracle)'; see the methods' tuning)")
+
+    @model_validator(mode="after")
+    def _inner_or_folds(self) -> TuningSpec:
+        if self.folds >= 2 and "inner" in self.model_fields_set:
+            raise PydanticCustomError(
+                "inner_and_folds", "inner and folds exclude each other: with folds: {k} each "
+                "trial is scored on every held-out fold in turn (1/{k} of the fitting rows); "
+                "drop inner, or set folds: 1", {"k": self.folds})
+        return self
+
+    def canonical(self) -> dict[str, Any]:
+        """The block as keys and hashes read it: the fields added after the first release
+        only where they differ from their defaults (a spec without them keeps its hash and
+        its cells), ``inner`` only where it is used (one held-out part)."""
+        data = self.model_dump(mode="json")
+        for key, default in (("over", "train_beta"), ("folds", 1), ("oracle", False)):
+            if data[key] == default:
+                del data[key]
+        if self.folds >= 2:
+            del data["inner"]
+        return data
 
 
 class GuaranteeSpec(_Model):
@@ -148,15 +207,32 @@ def _metric_names(v: list[str] | None) -> list[str] | None:
 MetricNames = Annotated[list[str] | None, AfterValidator(_metric_names)]
 
 
+#: what a metric's registry ``needs`` may be for it to be a tuning objective: nothing, or
+#: the recalibrated distribution (checked against each tuned method's recalibrator by
+#: :func:`selbench.spec.capabilities.check_tuning_objective`); a risk guarantee's results
+#: are measured from a threshold on the evaluation data, which a trial never has
+OBJECTIVE_NEEDS = (None, "log_probs")
+
+
+def objectives(needs: tuple[str | None, ...] = OBJECTIVE_NEEDS) -> list[str]:
+    """The metrics a tuning objective may be: a direction, and needs among ``needs``."""
+    return [k for k, m in METRICS.items() if m.marked and m.needs in needs]
+
+
 def _objective(v: str) -> str:
-    """A tuning objective: a registered metric (did-you-mean otherwise) with a direction."""
+    """A tuning objective: a registered metric (did-you-mean otherwise) with a direction that
+    a trial can measure on held-out rows (:func:`objectives`)."""
     if v not in METRICS:
         raise PydanticCustomError("unknown_metric", "{msg}", {"msg": unknown_metric(v)})
     if not METRICS[v].marked:
         raise PydanticCustomError(
             "objective_direction", "{name} has no direction to optimise (it is set by the spec, "
-            "not won); choose one of {ok}",
-            {"name": repr(v), "ok": ", ".join(k for k, m in METRICS.items() if m.marked)})
+            "not won); choose one of {ok}", {"name": repr(v), "ok": ", ".join(objectives())})
+    if METRICS[v].needs not in OBJECTIVE_NEEDS:
+        raise PydanticCustomError(
+            "objective_needs", "{name} needs the experiment's {needs}, measured on the "
+            "evaluation data only, never on a trial's held-out rows; choose one of {ok}",
+            {"name": repr(v), "needs": METRICS[v].needs, "ok": ", ".join(objectives())})
     return v
 
 
@@ -274,6 +350,22 @@ class ExperimentSpec(_Model):
         return v
 
     @model_validator(mode="after")
+    def _oracle_labels(self) -> ExperimentSpec:
+        """An oracle method's label ends with :data:`ORACLE` (added where missing); no other
+        label does."""
+        for m_i, m in enumerate(self.methods):
+            oracle = is_oracle(self, m)
+            if oracle and not m.label.endswith(ORACLE):
+                m.label = m.label + ORACLE
+            elif not oracle and m.label.endswith(ORACLE.strip()):
+                raise PydanticCustomError(
+                    "oracle_label", "methods[{i}].label: {label} says oracle, but the method "
+                    "is not tuned on evaluation labels (its tuning.oracle or the experiment's is "
+                    "false)",
+                    {"i": m_i, "label": repr(m.label)})
+        return self
+
+    @model_validator(mode="after")
     def _unique_labels(self) -> ExperimentSpec:
         seen: set[str] = set()
         for m in self.methods:
@@ -294,84 +386,23 @@ class ExperimentSpec(_Model):
     def _search_needs_tuning(self) -> ExperimentSpec:
         if self.tuning is None:
             for m_i, m in enumerate(self.methods):
-                if m.search is not None:
-                    raise PydanticCustomError(
-                        "search_untuned", "methods[{i}].search: has no effect without the "
-                        "experiment's tuning block (tuning: trials, objective)",
-                        {"i": m_i})
-        return self
-
-
-class BestOf(_Model):
-    """The comparison side of a question that stands for a group of methods: the member with
-    the best average rank on the question's metric over the experiments the question enters
-    (chosen once, on the same data; see :mod:`selbench.reporting.questions`)."""
-
-    best_of: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
-
-
-class QuestionPair(_Model):
-    """One pre-registered question: is method ``a`` better than ``b`` (a label, or the best of
-    a group of labels) on the questions' metric?"""
-
-    name: str = Field(min_length=1, description="the question, in words")
-    a: str = Field(min_length=1, description="a method label")
-    b: str | BestOf = Field(description="a method label, or {best_of: [labels]}")
-
-    def labels(self) -> list[str]:
-        """Every label the question names: ``a``, then ``b``'s."""
-        return [self.a] + ([self.b] if isinstance(self.b, str) else list(self.b.best_of))
-
-
-class HierarchicalSpec(_Model):
-    """How the hierarchical Bayesian model (:mod:`selbench.measure.hierarchical`) is sampled
-    for each question: Stan chains, posterior draws per chain, warm-up iterations per chain."""
-
-    chains: int = Field(hier.CHAINS, ge=1, le=16)
-    samples: int = Field(hier.NSAMPLES, ge=100, description="posterior draws per chain")
-    warmup: int = Field(hier.WARMUP, ge=100, description="warm-up iterations per chain")
-
-
-class QuestionsSpec(_Model):
-    """Questions written in the spec before any number exists, each answered across the
-    experiments by a paired test and a Bayesian comparison with a stated ROPE
-    (:mod:`selbench.reporting.questions`)."""
-
-    rope: float = Field(ge=0.0, description="region of practical equivalence: differences "
-                                            "within ±rope on the metric's scale count as equal")
-    metric: str = Field("ece1", description="registry metric with a direction; its AUC over "
-                                            "beta where the experiment reports auc")
-    alpha: float = Field(0.05, gt=0.0, lt=1.0, description="family-wise level (Holm)")
-    pairs: list[QuestionPair] = Field(min_length=1)
-    hierarchical: HierarchicalSpec | None = Field(
-        default_factory=HierarchicalSpec,
-        description="the hierarchical model over experiments and seeds (needs PyStan: "
-                    "selbench[stats]); null: not run")
-
-    @field_validator("metric")
-    @classmethod
-    def _metric(cls, v: str) -> str:
-        if v not in METRICS:
-            raise PydanticCustomError("unknown_metric", "{msg}", {"msg": unknown_metric(v)})
-        if not METRICS[v].marked:
+                for field in ("search", "tuning"):
+                    if getattr(m, field) is not None:
+                        raise PydanticCustomError(
+                            "search_untuned", "methods[{i}].{field}: has no effect without the "
+                            "experiment's tuning block (tuning: trials, objective)",
+                            {"i": m_i, "field": field})
+            return self
+        if self.tuning.over == "betas" and len(self.betas) < 2:
             raise PydanticCustomError(
-                "metric_direction", "{name} has no direction (no method can be better); "
-                "choose one of {ok}",
-                {"name": repr(v), "ok": ", ".join(k for k, m in METRICS.items() if m.marked)})
-        return v
-
-    @model_validator(mode="after")
-    def _distinct(self) -> QuestionsSpec:
-        names = [p.name for p in self.pairs]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise PydanticCustomError("question_twice", "questions named twice: {dup}",
-                                      {"dup": ", ".join(map(repr, dup))})
-        for i, p in enumerate(self.pairs):
-            if p.a in p.labels()[1:]:
+                "over_one_beta", "tuning.over: betas takes the AUC over the experiment's "
+                "betas, which needs at least two (betas: {betas})", {"betas": self.betas})
+        for m_i, m in enumerate(self.methods):
+            if is_oracle(self, m) and self.tuning.folds >= 2:
                 raise PydanticCustomError(
-                    "question_self", "pairs[{i}]: {a} is compared with itself", {"i": i,
-                                                                                 "a": repr(p.a)})
+                    "oracle_folds", "methods[{i}]: an oracle scores its trials on one seeded "
+                    "share (tuning.inner) of the evaluation rows; folds: {k} does not apply to "
+                    "it (set folds: 1)", {"i": m_i, "k": self.tuning.folds})
         return self
 
 
@@ -541,14 +572,18 @@ class ResolvedSpec:
                 del data[key]
         if data.get("questions", {}).get("hierarchical") == HierarchicalSpec().model_dump():
             del data["questions"]["hierarchical"]  # specs that leave it keep their hash
-        for d in data["experiments"]:  # untuned specs keep the canonical form they had
-            if d.get("tuning", 0) is None:
+        for d, exp in zip(data["experiments"], self.spec.experiments):
+            if exp.tuning is None:  # untuned specs keep the canonical form they had
                 del d["tuning"]
+            else:  # tuned ones too: the fields added since only where set
+                d["tuning"] = exp.tuning.canonical()
             if d.get("risk_guarantee", 0) is None:  # specs without one keep their hash
                 del d["risk_guarantee"]
             for dm in d["methods"]:
                 if dm.get("search", 0) is None:
                     del dm["search"]
+                if dm.get("tuning", 0) is None:
+                    del dm["tuning"]
         for e_i, exp in enumerate(self.spec.experiments):
             d = data["experiments"][e_i]
             d["dataset"]["params"] = self.params("dataset", exp.dataset)

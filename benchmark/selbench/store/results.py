@@ -11,6 +11,7 @@ directory through :class:`ResultsDir`::
     OUT/.selbench.lock                held by the one run writing to OUT
     OUT/.selbench.locks/<experiment>/<method>.lock   held by the job writing that method's cells
     OUT/logs/                         job logs of distributed runs (selbench.execution.executors)
+    OUT/tuning/<experiment>/<method>/seed<s>.journal   Optuna journals of tuned cells
 
 Every record is a typed pydantic model with a ``schema_version`` and a ``checksum``: the
 SHA-256 of its own canonical JSON (without the checksum). A cell record also holds the
@@ -25,12 +26,13 @@ user's umask gives, and only one process writes to a results directory at a time
 
 Nothing selbench writes into a results directory ever follows a link out of it (issue 29):
 a lock file is opened with ``O_NOFOLLOW`` (and ``O_CREAT``, never truncated before it is
-held), so a lock that is a symbolic link, a hard link to another file or not a plain file is
-a :class:`ResultsError` naming it; a folder the store creates (``cells/<experiment>/...``,
-``.selbench.locks/<experiment>``) or names (``plots/<experiment>``) is refused, naming the
-link, when a symbolic link on its way leads out of the directory (a link to another folder
-inside it is fine; the directory itself may be a link); and a file written atomically onto
-a link replaces the link itself (:func:`os.replace`), never the file it points to.
+held), so a lock (or a tuning journal) that is a symbolic link, a hard link to another file
+or not a plain file is a :class:`ResultsError` naming it; a folder the store creates
+(``cells/<experiment>/...``, ``.selbench.locks/<experiment>``, ``tuning/<experiment>/...``)
+or names (``plots/<experiment>``) is refused, naming the link, when a symbolic link on its
+way leads out of the directory (a link to another folder inside it is fine; the directory
+itself may be a link); and a file written atomically onto a link replaces the link itself
+(:func:`os.replace`), never the file it points to.
 """
 
 from __future__ import annotations
@@ -290,6 +292,30 @@ class ResultsDir:
         name = f"seed{seed}" + (f"-beta{train_beta:g}" if train_beta is not None else "")
         folder = self.root / "cells" / safe_name(experiment, "experiment name") / slug(method)
         return self.inside(folder) / f"{name}.json"
+
+    def journal_path(self, experiment: str, method: str, seed: int) -> Path:
+        """The tuning journal of a method's cells of one seed
+        (``tuning/<experiment>/<method>/seed<s>.journal``, :mod:`selbench.execution.journal`);
+        :class:`ResultsError` naming the link when a link leads its folder out of the
+        directory (:meth:`inside`), or when the journal itself is a symbolic link, a hard link
+        or not a plain file (nothing is ever appended through one)."""
+        folder = self.root / "tuning" / safe_name(experiment, "experiment name") / slug(method)
+        path = self.inside(folder) / f"seed{seed}.journal"
+        try:
+            info = path.lstat()
+        except FileNotFoundError:
+            return path
+        except OSError as exc:
+            raise ResultsError(f"cannot read the tuning journal {path}: "
+                               f"{exc.strerror or exc}") from None
+        if stat.S_ISLNK(info.st_mode):
+            raise ResultsError(link_message(path, self.root))
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            what = ("not a plain file" if not stat.S_ISREG(info.st_mode)
+                    else f"a hard link ({info.st_nlink} names) to a file that may lie elsewhere")
+            raise ResultsError(f"the tuning journal {path} is {what}; selbench never writes "
+                               "through a link in a results directory: remove it")
+        return path
 
     def plots_dir(self, experiment: str) -> Path:
         """The experiment's plots folder; :class:`ResultsError` when a link leads it out of
