@@ -55,7 +55,7 @@ import numpy as np
 
 from selbench.measure import hierarchical, paired
 from selbench.measure.metrics import metric_info
-from selbench.reporting.ranking import experiment_values, rank_within
+from selbench.reporting.ranking import experiment_values, md_text, p_text, rank_within
 from selbench.store import default_cache_dir
 
 __all__ = ["DECISIVE", "SEED", "answer", "markdown", "questions_of"]
@@ -198,12 +198,12 @@ def _verdict(p: dict, alpha: float, rope: float, lower_is_better: bool) -> str:
             np.subtract(list(p["a_means"].values()), list(p["b_means"].values()))))
         a_better = (diff < 0) == lower_is_better
         test = (f"{a if a_better else b} better than {b if a_better else a} "
-                f"(Holm p = {_p(p['p_holm'])}, below α = {alpha:g})")
+                f"(Holm p = {p_text(p['p_holm'])}, below α = {alpha:g})")
     elif w["min_p"] >= alpha:
         test = (f"no significant difference: with {w['n_nonzero']} nonzero differences the "
                 f"test cannot reach p below {alpha:g}")
     else:
-        test = f"no significant difference (Holm p = {_p(p['p_holm'])} ≥ α = {alpha:g})"
+        test = f"no significant difference (Holm p = {p_text(p['p_holm'])} ≥ α = {alpha:g})"
     bayes = _bayes_words("Bayesian", bay, a, b, rope)
     if p["hierarchical"]:
         bayes += "; " + _bayes_words("hierarchical", p["hierarchical"], a, b, rope)
@@ -254,26 +254,13 @@ def answer(experiments: Sequence[Mapping[str, Any]], q: Mapping[str, Any], *,
 
 
 # --------------------------------------------------------------------------- rendering
-_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\|*_`<>[]"})
-
-
-def _md(text: str) -> str:
-    return " ".join(str(text).split()).translate(_MD_SPECIAL)
-
-
-def _p(p: float | None) -> str:
-    if p is None:
-        return "–"
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
-
-
 def _row(p: dict) -> list[str]:
     if p["n"] == 0:
-        return [_md(p["name"]), _md(p["a"]), "–", "0"] + ["–"] * 6
-    b = _md(p["b"]) + (" (best of group)" if p["best_of"] else "")
+        return [md_text(p["name"]), md_text(p["a"]), "–", "0"] + ["–"] * 6
+    b = md_text(p["b"]) + (" (best of group)" if p["best_of"] else "")
     bay = p["bayesian"]
-    return [_md(p["name"]), _md(p["a"]), b, str(p["n"]), f"{p['median_difference']:+.4f}",
-            _p(p["wilcoxon"]["p_value"]), _p(p["p_holm"]), f"{bay['p_a_better']:.3f}",
+    return [md_text(p["name"]), md_text(p["a"]), b, str(p["n"]), f"{p['median_difference']:+.4f}",
+            p_text(p["wilcoxon"]["p_value"]), p_text(p["p_holm"]), f"{bay['p_a_better']:.3f}",
             f"{bay['p_equal']:.3f}", f"{bay['p_b_better']:.3f}"]
 
 
@@ -291,7 +278,7 @@ def _hierarchical_md(answers: Mapping[str, Any]) -> list[str]:
                    "of posterior draws in which that region is the most probable one for the "
                    "next experiment's difference. *δ₀*: the posterior mean of the mean "
                    "difference a − b, in the metric's units."), ""]
-        rows = [[_md(p["name"]), f"{h['experiments']} × {h['seeds']}", f"{h['p_a_better']:.3f}",
+        rows = [[md_text(p["name"]), f"{h['experiments']} × {h['seeds']}", f"{h['p_a_better']:.3f}",
                  f"{h['p_equal']:.3f}", f"{h['p_b_better']:.3f}", f"{h['delta0_mean']:+.4f}"]
                 for p in done for h in [p["hierarchical"]]]
         from tabulate import tabulate
@@ -300,7 +287,7 @@ def _hierarchical_md(answers: Mapping[str, Any]) -> list[str]:
                                   "P(b better)", "δ₀"], tablefmt="github",
                            disable_numparse=True), ""]
     if note:
-        lines += [f"Hierarchical model (seeds inside experiments): {_md(note)}.", ""]
+        lines += [f"Hierarchical model (seeds inside experiments): {md_text(note)}.", ""]
     return lines
 
 
@@ -312,7 +299,7 @@ def markdown(answers: Mapping[str, Any] | None, note: str | None = None) -> list
 
     arrow = "lower" if answers["lower_is_better"] else "higher"
     lines = ["### Pre-registered questions", "",
-             (f"Written in the spec before the run. Metric: {_md(answers['label'])} ({arrow} is "
+             (f"Written in the spec before the run. Metric: {md_text(answers['label'])} ({arrow} is "
               "better; what each experiment's table reports). Each experiment gives one pair: "
               "the means over the seeds both methods have. *Wilcoxon p*: two-sided signed-rank "
               "test over experiments (zero differences dropped); *Holm p*: adjusted across the "
@@ -326,16 +313,16 @@ def markdown(answers: Mapping[str, Any] | None, note: str | None = None) -> list
                        disable_numparse=True), ""]
     lines += _hierarchical_md(answers)
     for p in answers["pairs"]:
-        lines.append(f"- {_md(p['name'])}: {_md(p['verdict'])}" if p["n"] else
-                     f"- {_md(p['name'])}: no experiment holds both methods.")
+        lines.append(f"- {md_text(p['name'])}: {md_text(p['verdict'])}" if p["n"] else
+                     f"- {md_text(p['name'])}: no experiment holds both methods.")
         if p["best_of"] and p["best_of_average_rank"]:
-            ranks = ", ".join(f"{_md(m)} {r:.2f}" for m, r in p["best_of_average_rank"].items())
-            lines.append(f"  b = {_md(p['b'])}, the best average rank within the group ({ranks}; "
+            ranks = ", ".join(f"{md_text(m)} {r:.2f}" for m, r in p["best_of_average_rank"].items())
+            lines.append(f"  b = {md_text(p['b'])}, the best average rank within the group ({ranks}; "
                          "a tie: the first listed), chosen on the same data: this favours b, so "
                          "the comparison is conservative for 'a better'.")
         if p.get("hierarchical_note"):
-            lines.append(f"  Hierarchical model: {_md(p['hierarchical_note'])}.")
+            lines.append(f"  Hierarchical model: {md_text(p['hierarchical_note'])}.")
         if p["left_out"]:
             lines.append("  Not entering: " + "; ".join(
-                f"{_md(n)} ({_md(w)})" for n, w in p["left_out"].items()) + ".")
+                f"{md_text(n)} ({md_text(w)})" for n, w in p["left_out"].items()) + ".")
     return lines + [""]

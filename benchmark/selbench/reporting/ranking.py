@@ -411,11 +411,13 @@ def summarize(experiments: Sequence[Mapping[str, Any]], *, resamples: int = RESA
 _MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\|*_`<>[]"})
 
 
-def _md(text: str) -> str:
+def md_text(text: str) -> str:
+    """``text`` on one line, with Markdown's special characters escaped (table cells)."""
     return " ".join(str(text).split()).translate(_MD_SPECIAL)
 
 
-def _p(p: float | None) -> str:
+def p_text(p: float | None) -> str:
+    """A p-value as the tables print it (``<0.001``, three decimals, ``–`` for none)."""
     if p is None:
         return "–"
     return "<0.001" if p < 0.001 else f"{p:.3f}"
@@ -435,7 +437,7 @@ def _rank_table(summary: dict) -> list[str]:
                             for k in keys]
     body = []
     for m in methods:
-        line = [_md(m)]
+        line = [md_text(m)]
         for k in keys:
             avg = entries[k]["average_rank"]
             cell = f"{avg[m]:.2f}" if m in avg else "–"
@@ -443,7 +445,7 @@ def _rank_table(summary: dict) -> list[str]:
         body.append(line)
     for name, fn in (("Friedman χ²", lambda e: "–" if e["friedman"]["statistic"] is None
                       else f"{e['friedman']['statistic']:.2f}"),
-                     ("Friedman p", lambda e: _p(e["friedman"]["p_value"])),
+                     ("Friedman p", lambda e: p_text(e["friedman"]["p_value"])),
                      (f"Nemenyi CD (α = {ALPHA:g})", lambda e: "–"
                       if e["posthoc"]["critical_difference"] is None
                       else f"{e['posthoc']['critical_difference']:.2f}")):
@@ -480,7 +482,7 @@ def _tests_text(summary: dict) -> list[str]:
             lines.append(f"- {entry['label']}: no pair differs by more than the critical "
                          "difference.")
         else:
-            text = "; ".join(f"{_md(a)} better than {_md(b)} (p = {_p(p)})" for a, b, p in pairs)
+            text = "; ".join(f"{md_text(a)} better than {md_text(b)} (p = {p_text(p)})" for a, b, p in pairs)
             lines.append(f"- {entry['label']}: {text}.")
     return lines + [""]
 
@@ -497,17 +499,17 @@ def _win_table(entry: dict) -> list[str]:
     what = (f"Row beats column on this fraction of {pairs}; **bold**: its {interval}." if full
             else f"*Beats* / *Loses to*: how many methods it beats / that beat it on more than "
                  f"half of {pairs}, counting the win rates whose {interval}.")
-    lines = [f"### Win rates, {_md(entry['label'])}", "",
+    lines = [f"### Win rates, {md_text(entry['label'])}", "",
              (f"{what} *All*: the mean win rate against the others, with its interval. *Elo*: "
               "the Bradley–Terry rating of the same outcomes on the Elo scale (mean 1000; as "
               f"CalArena), with its {pct} interval over {win['elo_resamples']} of the resamples. "
               "Every rate and interval is in leaderboard.json."), ""]
-    headers = ["Method", "All", "Elo"] + ([_md(m) for m in methods] if full
+    headers = ["Method", "All", "Elo"] + ([md_text(m) for m in methods] if full
                                           else ["Beats", "Loses to"])
     body = []
     for a in methods:
         o, r = win["overall"][a], win["elo"][a]
-        line = [_md(a), f"{o['rate']:.2f} [{o['low']:.2f}, {o['high']:.2f}]",
+        line = [md_text(a), f"{o['rate']:.2f} [{o['low']:.2f}, {o['high']:.2f}]",
                 f"{r['rating']:.0f}" + ("" if r["low"] is None
                                         else f" [{r['low']:.0f}, {r['high']:.0f}]")]
         if not full:
@@ -522,7 +524,7 @@ def _win_table(entry: dict) -> list[str]:
 
 def markdown_section(summary: dict) -> list[str]:
     """The leaderboard's "Across experiments" section (Markdown lines)."""
-    names = ", ".join(_md(n) for n in summary["experiments"])
+    names = ", ".join(md_text(n) for n in summary["experiments"])
     lines = ["## Across experiments", "",
              (f"Average rank over the {len(summary['experiments'])} experiments ({names}): within "
               "each experiment the methods are ranked by their mean over seeds, 1 = best, ties "
@@ -536,7 +538,7 @@ def markdown_section(summary: dict) -> list[str]:
     left = {m: why for e in summary["metrics"].values() for m, why in e["left_out"].items()}
     if left:
         lines += ["Left out (ranked only where a method has a value in every experiment): "
-                  + "; ".join(f"{_md(m)} ({_md(w)})" for m, w in left.items()) + ".", ""]
+                  + "; ".join(f"{md_text(m)} ({md_text(w)})" for m, w in left.items()) + ".", ""]
     if summary["left_out_metrics"]:
         lines += ["Not ranked (not shown in every experiment): " + ", ".join(
             metric_info(k).label for k in summary["left_out_metrics"]) + ".", ""]
@@ -560,8 +562,9 @@ def diagram(entry: Mapping[str, Any], n_experiments: int) -> tuple[list[tuple[st
     groups = ([(avg[g[0]], avg[g[-1]]) for g in groups_not_different(avg, post["p_values"])]
               if post["p_values"] is not None else [])
     f = entry["friedman"]
-    p_text = "p < 0.001" if (f["p_value"] or 1.0) < 0.001 else f"p = {_p(f['p_value'])}"
-    test = (f"Friedman {p_text}, Nemenyi CD = {post['critical_difference']:.2f} "
+    friedman_p = ("p < 0.001" if (f["p_value"] or 1.0) < 0.001
+                  else f"p = {p_text(f['p_value'])}")
+    test = (f"Friedman {friedman_p}, Nemenyi CD = {post['critical_difference']:.2f} "
             f"(α = {ALPHA:g}); bars join methods not significantly different"
             if f["reason"] is None else f"Friedman and Nemenyi tests {f['reason']}")
     title = (f"{entry['label']}: average rank over {n_experiments} experiments "
