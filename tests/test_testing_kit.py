@@ -900,10 +900,11 @@ def test_check_plugin_says_what_passed_unless_quiet(capsys):
         def splits(self):
             raise FileNotFoundError("data/tiny.npz does not exist")
 
-    assert len(list(plugin_checks("dataset", Missing))) == 5  # built, and 4 that read data
+    # the parameter rule, built, and 4 that read data
+    assert len(list(plugin_checks("dataset", Missing))) == 6
     with pytest.warns(ConformanceWarning):
         check_plugin("dataset", Missing)
-    assert capsys.readouterr().out == "dataset Missing: 1 check passed (4 skipped)\n"
+    assert capsys.readouterr().out == "dataset Missing: 2 checks passed (4 skipped)\n"
     with pytest.raises(ConformanceError):
         check_plugin("recalibrator", Shrink, {"factor": 1.5})
     assert capsys.readouterr().out == ""  # a failure raises, and says nothing of success

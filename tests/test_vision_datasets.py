@@ -282,6 +282,8 @@ DECLARED = {
         "pretrained_file": ("file", (), True),
         "cache_dir": ("dir", ("*.pt", "*.pth", "*/refs/*"), True),
     },
+    ("dataset", "labelled-sentences"): {"folder": ("dir", ("*",), True)},
+    ("backbone", "sentence-encoder"): {"model_dir": ("dir", ("*",), True)},
     ("backbone", "precomputed"): {},
     ("backbone", "digits-net"): {},
     ("backbone", "theory-linear"): {},
