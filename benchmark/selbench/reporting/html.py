@@ -157,7 +157,9 @@ def _notes(exp: Mapping[str, Any]) -> list[str]:
     notes = [f"{exp.get('dataset')} / {exp.get('backbone')}: fitted on {exp.get('fit_split')}"
              f"{n_fit}, evaluated on {exp.get('eval_split')}; {trained}."]
     if exp.get("tuning"):
-        notes.append(tuning_line(exp["tuning"], tb))
+        # the paragraph only: the Markdown table of chosen parameters after it is the
+        # tuned badge of each row here
+        notes.append(tuning_line(exp["tuning"], tb).split("\n", 1)[0])
     if exp.get("shared_fit_rows"):
         notes.append("Every seed fits the same rows: no significance test; bold marks the best "
                      "mean only.")
