@@ -65,9 +65,10 @@ def _other_cpu(data: dict) -> dict:
 
 def test_a_change_inside_the_noise_band_agrees(tmp_path):
     """Float rounding of another build (the None row differed at 1e-8) is not a difference;
-    nor is a change well inside the seed-to-seed and bootstrap noise. The committed
-    quickstart's smECE has no bootstrap interval: it gets no noise estimate, not a verdict
-    on the rounding tolerance."""
+    nor is a change well inside the seed-to-seed and bootstrap noise. Every number of the
+    committed quickstart (smECE included) carries a bootstrap interval, so every one is
+    judged; a number whose interval is missing on one side gets no noise estimate, not a
+    verdict on the rounding tolerance."""
     data = _other_cpu(_json())
     for row in data["experiments"][0]["rows"]:
         for points in row["metrics"].values():
@@ -77,11 +78,19 @@ def test_a_change_inside_the_noise_band_agrees(tmp_path):
     _, cell = _a_row(data)
     cell["mean"] += 0.2 * (cell["bootstrap"]["high_mean"] - cell["bootstrap"]["low_mean"]) / 3.92
     result = compare(QUICKSTART, _write(tmp_path, data))
-    assert result.agree and result.compared > 100
+    assert result.agree and result.compared > 100 and result.unjudged == []
+    assert "cpu_capability" in render_comparison(result)
+    n_smece = 0
+    for row in data["experiments"][0]["rows"]:
+        for s in row["metrics"].get("smece", {}).values():
+            if isinstance(s, dict) and s.pop("bootstrap", None) is not None:
+                n_smece += 1
+    assert n_smece > 0
+    result = compare(QUICKSTART, _write(tmp_path, data, "c"))
+    assert result.agree and len(result.unjudged) == n_smece
     assert {d.key[2] for d in result.unjudged} == {"smece"}
-    assert all("no noise estimate" in d.what for d in result.unjudged)
-    text = render_comparison(result)
-    assert "without a noise estimate, not judged" in text and "cpu_capability" in text
+    assert all("no bootstrap interval on side B" in d.what for d in result.unjudged)
+    assert "without a noise estimate, not judged" in render_comparison(result)
 
 
 def test_the_bootstrap_carries_the_noise_of_deterministic_methods(tmp_path):
