@@ -117,11 +117,12 @@ def _block(**hier) -> dict:
 
 # --------------------------------------------------------------------------- with PyStan
 @pytest.fixture(scope="module")
-def stan_cache(request):
+def stan_cache(request, tmp_path_factory):
     why = H.unavailable()
     if why:
         pytest.skip(why)
-    return request.config.cache.mkdir("stan")
+    cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
+    return cache.mkdir("stan") if cache is not None else tmp_path_factory.mktemp("stan")
 
 
 SMALL = {"chains": 2, "nsamples": 300, "warmup": 300}
