@@ -64,19 +64,25 @@ def _same(runs) -> bool:
 EVEN_LANES = ((0, 0.6), (1, 0.6), (2, 0.6))
 
 
-def test_batched_training_is_bitwise_the_same_on_one_or_two_threads(monkeypatch):
-    """The policy above may change the thread count from one batch to the next: with an even
-    number of lanes the first layer's column blocks are the same on one thread or two, and
-    so are the trained replicas, bit for bit."""
-    runs = [_fit_on(t, EVEN_LANES, monkeypatch) for t in ("1", "2")]
+@pytest.mark.parametrize("cells", [EVEN_LANES, CELLS], ids=["even-lanes", "odd-lanes"])
+def test_batched_training_is_bitwise_the_same_on_one_or_two_threads(monkeypatch, cells):
+    """The policy above may change the thread count from one batch to the next (and a pool's
+    workers run with fewer threads than an inline run): the first layer's column blocks are
+    cut for the machine's cores (layout_threads), not for the threads a batch runs with, so
+    the trained replicas are the same bit for bit, whatever the parity of the lane count."""
+    runs = [_fit_on(t, cells, monkeypatch) for t in ("1", "2")]
     assert _same(runs)
 
 
-@pytest.mark.xfail(strict=True, reason="known issue: with an odd number of lanes the first "
-                   "layer is cut into as many column blocks as the chosen thread count needs "
-                   "(balanced_split), so one thread and two differ in the last bits; the fix "
-                   "(the layout from torch's thread count, not the runtime choice) recomputes "
-                   "every trained cell")
-def test_odd_lane_counts_are_not_yet_thread_independent(monkeypatch):
-    runs = [_fit_on(t, CELLS, monkeypatch) for t in ("1", "2")]
-    assert _same(runs)
+def test_the_layout_follows_the_machine_not_the_run(monkeypatch):
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    monkeypatch.setenv("SELBENCH_TRAIN_THREADS", "1")
+    monkeypatch.setattr(torchutils, "cpu_pressure", lambda: 99.0)
+    assert torchutils.layout_threads() == cores
+    # an odd lane count is cut in two column blocks for two cores, one for one
+    assert torchutils.balanced_split(3, "cpu", 2) == 2
+    assert torchutils.balanced_split(4, "cpu", 2) == 1
+    assert torchutils.balanced_split(3, "cpu", 1) == 1
+    assert torchutils.balanced_split(3, "meta", 2) == 1

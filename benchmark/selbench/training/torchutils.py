@@ -43,6 +43,7 @@ __all__ = [
     "epoch_permutations",
     "equal_groups",
     "fit_once_per_group",
+    "layout_threads",
     "mlp_linears",
     "run_module",
     "seeded_init",
@@ -336,9 +337,26 @@ class BatchedMLP(torch.nn.Module):
                 lin.bias.copy_(b[r, 0])
 
 
+def layout_threads() -> int:
+    """The thread count a stacked model's layout is balanced for (:func:`balanced_split`):
+    the CPU cores this process may run on (``os.sched_getaffinity``, else ``os.cpu_count``).
+    Fixed for the machine, never the thread count a batch actually runs with: that one
+    follows the load and ``SELBENCH_TRAIN_THREADS`` (:func:`batched_threads`) and differs
+    between an inline run and a pool's workers, and the column blocks decide the last bits
+    of a trained replica, so a layout cut by it made one thread and two (or a loaded and an
+    idle machine) train different replicas when the lane count was odd (tests/test_threads.py)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, cores)
+
+
 def balanced_split(lanes: int, device: Any, threads: int) -> int:
     """How many column blocks :class:`BatchedMLP` should cut each lane's first layer into so
-    that the blocks divide evenly among ``threads`` CPU threads (1 on other devices)."""
+    that the blocks divide evenly among ``threads`` CPU threads (1 on other devices); the
+    training schemes pass :func:`layout_threads`, so the layout (and every bit of the
+    trained replicas) does not depend on how many threads a batch runs with."""
     if torch.device(device).type != "cpu" or threads <= 1:
         return 1
     return threads // math.gcd(int(lanes), int(threads))

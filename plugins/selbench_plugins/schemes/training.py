@@ -61,8 +61,8 @@ from selbench.training.hyper import replica_owners
 from selbench.training.torchutils import (
     EVAL_CHUNK,
     balanced_split,
-    batched_threads,
     device_of,
+    layout_threads,
     to_tensor,
 )
 
@@ -366,7 +366,7 @@ def _lane_tables(reps: list[_Replica]) -> tuple[list[_Replica], Tables, int | No
 def _stack_g(reps: list[_Replica], lanes: int | None, device: torch.device) -> torch.nn.Module:
     """The replicas' selector modules as one, on ``device`` (by lanes when ``lanes``)."""
     if lanes is not None:
-        split = balanced_split(lanes, device, batched_threads(device))
+        split = balanced_split(lanes, device, layout_threads())
         g_stack = type(reps[0].g_module).stacked([r.g_module for r in reps], lanes=lanes,
                                                  split=split)
     else:
