@@ -42,6 +42,10 @@ class Flaky(Recalibrator):
             raise RuntimeError("flaky recalibrator failed on purpose")
         if how == "exit":
             os._exit(17)
+        if how.startswith("hang:"):  # say who is computing, then compute for a long time
+            Path(how[5:]).write_text(str(os.getpid()))
+            import time
+            time.sleep(120)
         if how.startswith("once:"):
             marker = Path(how[5:])
             if not marker.exists():
@@ -388,3 +392,46 @@ def test_slurm_without_slurm_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no srun, no sbatch
     with pytest.raises(ExecutorError, match=r'^executor submitit: Could not detect "srun"'):
         SubmititBackend(SubmititOptions(cluster="slurm"), tmp_path / "out")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
+def test_killing_a_local_run_stops_its_workers(site, tmp_path, write_spec):
+    """`kill` (no chance to clean up) on a run with a local pool: its workers die with it
+    instead of computing on and holding the method locks of their cells."""
+    import signal
+    import subprocess
+    import time
+
+    marker = tmp_path / "worker.pid"
+    only_flaky = spec()
+    only_flaky["experiments"][0]["methods"] = [m for m in METHODS if m["label"] == "Flaky"]
+    env = dict(os.environ, SELBENCH_TEST_FLAKY=f"hang:{marker}",
+               PYTHONPATH=os.pathsep.join([str(site), *sys.path]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "selbench", "run", str(write_spec(only_flaky)), "--out",
+         str(tmp_path / "out"), "--executor", "local", "--workers", "1", "--no-progress",
+         "--no-plots", "-q"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300  # a loaded machine starts the run slowly
+        while not marker.exists() or not marker.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, "no worker started"
+            time.sleep(0.2)
+        worker = int(marker.read_text())
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(worker), "the worker outlived the killed run"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

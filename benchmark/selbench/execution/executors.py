@@ -235,10 +235,10 @@ _WAITING, _RUNNING, _FINISHED = 0, 1, 2
 
 
 def _init_local_worker(counter, states, gpus: list[str], environ: dict[str, str],
-                       path: list[str]) -> None:
+                       path: list[str], run_pid: int) -> None:
     """Pool initializer: the parent's environment and ``sys.path`` as they are now (a
     forkserver child starts from the server's), the shared job states, and one GPU per
-    worker (round robin) before torch sees CUDA."""
+    worker (round robin) before torch sees CUDA; the worker exits when the run is gone."""
     global _JOB_STATES
     with counter.get_lock():
         index = counter.value
@@ -250,9 +250,48 @@ def _init_local_worker(counter, states, gpus: list[str], environ: dict[str, str]
     if len(gpus) > 1:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
     os.environ["SELBENCH_WORKER"] = str(index)
+    _die_with_the_run(run_pid)
     from selbench.util.warnlines import install
 
     install()  # the worker shares the terminal: warnings as "selbench: warning:" lines
+
+
+def _die_with_the_run(run_pid: int) -> None:
+    """Exit this worker as soon as the run that started its pool (process ``run_pid``) is
+    gone. Without it, a run killed with ``kill`` (or by a job scheduler) left its workers
+    computing on and holding the method locks of their cells, so that the resumed run
+    reported those methods as "being written by another process". A worker's parent is
+    the pool's forkserver, which outlives the run as long as a worker lives (each worker
+    holds the forkserver's liveness pipe), so ``prctl(PR_SET_PDEATHSIG)`` cannot do it: a
+    daemon thread waits on a pidfd of the run instead (Linux 5.3+, no PID reuse race; the
+    run is alive while the pool starts). Elsewhere nothing changes."""
+    open_pidfd = getattr(os, "pidfd_open", None)
+    if open_pidfd is None or run_pid == os.getpid():
+        return
+    try:
+        fd = open_pidfd(run_pid)
+    except OSError:  # already gone, or no pidfd support in this kernel
+        if not _pid_alive(run_pid):
+            os._exit(1)
+        return
+    import select
+    import threading
+
+    def watch() -> None:
+        select.select([fd], [], [])
+        os._exit(1)  # cells are written atomically: nothing half-written is left
+
+    threading.Thread(target=watch, name="selbench-run-watch", daemon=True).start()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _run_tracked(task: UnitTask, index: int, unit: Any) -> Outcome:
@@ -380,7 +419,8 @@ class LocalBackend(Backend):
         pool = ProcessPoolExecutor(max_workers=min(workers, len(indices)), mp_context=ctx,
                                    initializer=_init_local_worker,
                                    initargs=(ctx.Value("i", 0), states, self.gpus,
-                                             dict(os.environ), list(sys.path)))
+                                             dict(os.environ), list(sys.path),
+                                             os.getpid()))
         died: list[int] = []
         futures = {}
         try:
