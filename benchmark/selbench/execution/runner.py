@@ -29,6 +29,10 @@ plugins from the registry, fits them (its components as one job of ``fit_many``)
 estimator on the same rows gets the cell's numbers. The runner knows nothing about individual
 plugins: it drives them through the interfaces in :mod:`selbench.contract.api`.
 
+:func:`run` turns its keywords into :class:`~selbench.execution.plan.RunSettings`, makes the
+run's :class:`~selbench.execution.plan.RunPlan` once (:func:`~selbench.execution.plan.make_plan`:
+identity, cells and keys, provenance, what is reused) and hands both forward.
+
 This module is the entry point (:func:`run`) and the inline run; it re-exports the names
 users import from it (:class:`RunError`, :class:`RunReport` / :class:`RunResults`,
 :class:`Leaderboard`, :class:`JobsFailed`, :func:`fit_indices`, :func:`slug`,
