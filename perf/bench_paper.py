@@ -40,7 +40,7 @@ from selbench.contract.data import ModelOutputs
 from selbench.execution import cells as cells_mod
 from selbench.execution import runner
 from selbench.execution.extraction import experiment_outputs
-from selbench.execution.keys import identify
+from selbench.execution.keys import identify, output_keys
 from selbench.measure.bootstrap import bootstrap_threads
 from selbench.spec import load_spec
 from selbench.store.cache import OutputCache
@@ -153,7 +153,7 @@ def fill_cache(raw: dict, cache_dir: Path, max_split: int | None) -> None:
             return real_build(kind, comp)
 
         resolved.build = build
-        experiment_outputs(resolved, e_i, ident, cache, "cpu", False)
+        experiment_outputs(resolved, e_i, output_keys(resolved, ident, e_i), cache, "cpu", False)
 
 
 def mlp_fwd(d: int, hidden: list[int]) -> int:

@@ -52,7 +52,7 @@ def measure(method: str, trials: int, seed: int, sampler: str, device: str, repe
     if threads:
         torch.set_num_threads(threads)
     from selbench.execution.extraction import experiment_outputs
-    from selbench.execution.keys import identify, method_params
+    from selbench.execution.keys import identify, method_params, output_keys
     from selbench.execution.tuning import tune_cell, with_params
     from selbench.library.estimator import SelectiveRecalibrator
     from selbench.measure.evaluate import fit_indices
@@ -64,7 +64,8 @@ def measure(method: str, trials: int, seed: int, sampler: str, device: str, repe
     e_i = next(i for i, e in enumerate(resolved.spec.experiments) if e.name == EXPERIMENT)
     exp = resolved.spec.experiments[e_i]
     store = OutputCache(cache)
-    outputs = experiment_outputs(resolved, e_i, identify(resolved, store), store, device, False)
+    keys = output_keys(resolved, identify(resolved, store), e_i)
+    outputs = experiment_outputs(resolved, e_i, keys, store, device, False)
     spec_method = next(m for m in exp.methods if m.label == method)
     params = method_params(resolved, spec_method)
     fit_all = outputs[exp.fit_split]

@@ -22,6 +22,24 @@ PERF = REPO / "perf"
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_LINES = 700
 KEPT_WHOLE = "# kept whole:"
+#: Most parameters of a core function (``self`` / ``cls`` not counted): parameters that
+#: travel together unchanged are a concept to name (a run's plan and settings, a training
+#: job, an interval request: docs/architecture.md, "The plan of a run")
+MAX_PARAMETERS = 8
+#: The public entry points whose many parameters are keyword options a user names, each
+#: with why it keeps them (path relative to benchmark/, then the qualified name)
+MANY_PARAMETERS = {
+    "selbench/execution/runner.py:run": "selbench.run, the Python face of `selbench run`: "
+    "one keyword per command-line option; it builds RunSettings and the RunPlan",
+    "selbench/library/estimator.py:SelectiveRecalibrator.__init__": "a scikit-learn "
+    "estimator: its parameters are its hyper-parameters (get_params / set_params / clone "
+    "read them from this signature, and scikit-learn forbids **kwargs here)",
+    "selbench/execution/pysearch.py:TuneSearch.__init__": "a scikit-learn search estimator "
+    "(like GridSearchCV): its keyword options are its parameters, for get_params and clone",
+    "selbench/measure/bootstrap.py:selective_intervals": "the public bootstrap of one "
+    "cell's metrics, called with keyword options (tests, selbench.measure.evaluate); a thin "
+    "entry that builds the IntervalRequest the internal step takes",
+}
 
 pytest.importorskip("importlinter", reason="import-linter is in the test extra")
 
@@ -174,6 +192,84 @@ def test_the_length_check_needs_a_reason(tmp_path):
         assert _long_functions(plain) == ["plain.py:1 f (62 lines)"]
         assert _long_functions(kept) == []
         assert _long_functions(bare) == ["bare.py:2 f (62 lines)"]
+    finally:
+        REPO = saved
+
+
+# --------------------------------------------------------------------------- parameters
+def _parameter_counts(path: Path) -> list[tuple[str, int, int]]:
+    """(qualified name, line, number of parameters) of every function of ``path``; a
+    method's ``self`` / ``cls`` is not counted, ``*args`` and ``**kwargs`` count one each."""
+    out: list[tuple[str, int, int]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = child.args
+                n = (len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs)
+                     + (a.vararg is not None) + (a.kwarg is not None))
+                first = (a.posonlyargs + a.args)[:1]
+                if prefix and first and first[0].arg in ("self", "cls"):
+                    n -= 1
+                out.append((prefix + child.name, child.lineno, n))
+                visit(child, f"{prefix}{child.name}.<locals>.")
+
+    visit(ast.parse(path.read_text()), "")
+    return out
+
+
+def _many_parameters(paths: list[Path], exempt: dict[str, str]) -> list[str]:
+    found = []
+    for path in paths:
+        rel = path.relative_to(REPO / "benchmark").as_posix()
+        for name, line, n in _parameter_counts(path):
+            if n > MAX_PARAMETERS and f"{rel}:{name}" not in exempt:
+                found.append(f"{rel}:{line} {name} ({n} parameters)")
+    return found
+
+
+def test_no_core_function_takes_nine_parameters():
+    """Parameters passed on unchanged are a concept without a name: a core function takes at
+    most 8 (the public entry points of :data:`MANY_PARAMETERS` keep their keyword options)."""
+    found = _many_parameters(_sources(CORE), MANY_PARAMETERS)
+    assert not found, ("functions of more than 8 parameters (pass the plan, the settings, the "
+                       "job or the request they belong to):\n" + "\n".join(found))
+
+
+def test_every_exemption_is_still_needed():
+    """An exemption names a function that exists and still has more than 8 parameters."""
+    counts = {f"{p.relative_to(REPO / 'benchmark').as_posix()}:{name}": n
+              for p in _sources(CORE) for name, _, n in _parameter_counts(p)}
+    stale = [key for key in MANY_PARAMETERS if counts.get(key, 0) <= MAX_PARAMETERS]
+    assert not stale, f"exemptions no longer needed (remove them): {stale}"
+
+
+def test_the_parameter_check_counts_what_a_caller_passes(tmp_path):
+    src = tmp_path / "benchmark" / "m.py"
+    src.parent.mkdir()
+    src.write_text(
+        "def nine(a, b, c, d, e, f, g, h, i): pass\n"
+        "def eight(a, b, c, /, d, *args, e, f, **kw): pass\n"
+        "class C:\n"
+        "    def method(self, a, b, c, d, e, f, g, h): pass\n"
+        "    def nine(self, a, b, c, d, e, f, g, h, *, i=0): pass\n"
+        "    @classmethod\n"
+        "    def make(cls, a, b, c, d, e, f, g, h): pass\n"
+        "def outer():\n"
+        "    def inner(a, b, c, d, e, f, g, h, i): pass\n")
+    global REPO
+    saved, REPO = REPO, tmp_path
+    try:
+        assert [(name, n) for name, _, n in _parameter_counts(src)] == [
+            ("nine", 9), ("eight", 8), ("C.method", 8), ("C.nine", 9), ("C.make", 8),
+            ("outer", 0), ("outer.<locals>.inner", 9)]
+        assert _many_parameters([src], {}) == [
+            "m.py:1 nine (9 parameters)", "m.py:5 C.nine (9 parameters)",
+            "m.py:9 outer.<locals>.inner (9 parameters)"]
+        assert _many_parameters([src], {"m.py:nine": "", "m.py:C.nine": "",
+                                        "m.py:outer.<locals>.inner": ""}) == []
     finally:
         REPO = saved
 

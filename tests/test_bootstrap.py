@@ -12,7 +12,7 @@ import scipy.stats
 from selbench.measure import bootstrap as BS
 from selbench.measure import metrics as M
 from selbench.measure.bootstrap import bootstrap_ci, selective_intervals
-from selbench.measure.resampled import ResampledCell
+from selbench.measure.resampled import IntervalRequest, ResampledCell
 
 STREAM = 0xB007
 
@@ -219,7 +219,8 @@ def both_paths(scores, conf, correct, betas, **kw):
     for slow in (False, True):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # infeasible delta at small n
-            out.append(BS._selective_intervals(scores, conf, correct, betas, slow=slow, **kw))
+            out.append(BS._selective_intervals(scores, conf, correct, IntervalRequest(betas, **kw),
+                                               slow=slow))
     return out
 
 
@@ -352,8 +353,8 @@ def test_fast_rows_equal_slow_rows_on_extreme_resamples():
     rows = np.array([np.zeros(n, int), np.full(n, n - 1), np.arange(n), np.arange(n)[::-1],
                      np.repeat([3, 4, 5, 6, 7], 5), np.tile([1, 2], 13)[:n]])
     for betas in (M.DEFAULT_BETAS, np.array([0.9, 0.3, 0.55]), np.array([1.0])):
-        cell = ResampledCell(scores, conf, correct, betas, n, seed=1, delta=None, selects=True,
-                             extra=EXTRA, ranking=RANKING)
+        cell = ResampledCell(scores, conf, correct, IntervalRequest(
+            betas, seed=1, delta=None, selects=True, extra=EXTRA, ranking=RANKING))
         np.testing.assert_allclose(cell.rows_fast(rows), cell.rows_slow(rows), rtol=0, atol=1e-12)
 
 
@@ -361,9 +362,9 @@ def test_resamples_are_scipys_draws_measured_by_selective_metrics():
     n, seed, r = 50, 9, 7
     scores, conf, correct = cell_data(n)
     betas = [0.5, 0.8, 1.0]
-    _, dist = BS._selective_intervals(scores, conf, correct, betas, n_resamples=r, level=0.95,
-                                      seed=seed, delta=None, selects=True, extra={},
-                                      ranking={})
+    _, dist = BS._selective_intervals(scores, conf, correct, IntervalRequest(
+        betas, n_resamples=r, level=0.95, seed=seed, delta=None, selects=True, extra={},
+        ranking={}))
     draws = scipy_rng(seed).integers(0, n, (r, n))  # what scipy.stats.bootstrap draws
     for j, idx in enumerate(draws):
         m = M.selective_metrics(scores[idx], conf[idx], correct[idx], betas, seed=seed)
@@ -376,8 +377,9 @@ def test_batch_does_not_change_selective_intervals():
     scores, conf, correct = cell_data(80, "tied_scores")
     kw = dict(n_resamples=30, level=0.95, seed=2, delta=None, selects=True, extra={},
               ranking={})
-    a = BS._selective_intervals(scores, conf, correct, M.DEFAULT_BETAS, **kw)
-    b = BS._selective_intervals(scores, conf, correct, M.DEFAULT_BETAS, batch=7, **kw)
+    request = IntervalRequest(M.DEFAULT_BETAS, **kw)
+    a = BS._selective_intervals(scores, conf, correct, request)
+    b = BS._selective_intervals(scores, conf, correct, request, batch=7)
     assert a[0] == b[0]
     np.testing.assert_array_equal(a[1], b[1])
 

@@ -380,7 +380,7 @@ def test_each_quickstart_method_is_its_estimator(tmp_path):
     from conftest import tiny_spec
     from selbench.execution import cells as cells_mod
     from selbench.execution.extraction import experiment_outputs
-    from selbench.execution.keys import identify
+    from selbench.execution.keys import identify, output_keys
     from selbench.measure.evaluate import eval_rows, fit_indices
     from selbench.spec import load_spec
     from selbench.store.cache import OutputCache
@@ -391,7 +391,8 @@ def test_each_quickstart_method_is_its_estimator(tmp_path):
                                                 progress=False, plots=False).cells()}
     resolved = load_spec(spec)
     cache = OutputCache()
-    outputs = experiment_outputs(resolved, 0, identify(resolved, cache), cache, "cpu", False)
+    keys = output_keys(resolved, identify(resolved, cache), 0)
+    outputs = experiment_outputs(resolved, 0, keys, cache, "cpu", False)
     exp = resolved.spec.experiments[0]
     idx = fit_indices(len(outputs["val"]), exp.n_fit, 3, "")
     rows = eval_rows(len(outputs["test"]), idx, False, exp.n_eval, 0)

@@ -125,25 +125,24 @@ def stan_cache(request, tmp_path_factory):
     return cache.mkdir("stan") if cache is not None else tmp_path_factory.mktemp("stan")
 
 
-SMALL = {"chains": 2, "nsamples": 300, "warmup": 300}
+def _small(seed: int) -> dict:
+    return {"sampling": H.Sampling(seed, chains=2, nsamples=300, warmup=300)}
 
 
 def test_seeded_and_oriented_by_the_rope(stan_cache):
     a, b = _scores(gain=0.03)  # a clearly better (lower) than b, far beyond the ROPE
     tmp = set(Path(tempfile.gettempdir()).glob("httpstan_*"))
-    got = H.hierarchical(a, b, 0.005, lower_is_better=True, cache_dir=stan_cache, seed=1,
-                         **SMALL)
+    got = H.hierarchical(a, b, 0.005, lower_is_better=True, cache_dir=stan_cache, **_small(1))
     assert got == H.hierarchical(a, b, 0.005, lower_is_better=True, cache_dir=stan_cache,
-                                 seed=1, **SMALL)
+                                 **_small(1))
     assert got["p_a_better"] > 0.99 and got["delta0_mean"] == pytest.approx(-0.03, abs=0.01)
     assert (got["experiments"], got["seeds"], got["rho"]) == (10, 5, 0.2)
     # read as accuracies (higher is better) the same numbers favour b; a wide ROPE: equal
-    acc = H.hierarchical(a, b, 0.005, lower_is_better=False, cache_dir=stan_cache, seed=1,
-                         **SMALL)
+    acc = H.hierarchical(a, b, 0.005, lower_is_better=False, cache_dir=stan_cache, **_small(1))
     assert acc["p_b_better"] > 0.99
     assert acc["delta0_mean"] == pytest.approx(got["delta0_mean"], abs=0.003)  # MC error
-    wide = H.hierarchical(a, b, 0.2, lower_is_better=True, cache_dir=stan_cache, seed=1,
-                          **SMALL)
+    wide = H.hierarchical(a, b, 0.2, lower_is_better=True, cache_dir=stan_cache,
+                          **_small(1))
     assert wide["p_equal"] > 0.99
     assert not list(stan_cache.glob("httpstan/*/models/*/fits/*"))  # its fits are deleted
     assert set(Path(tempfile.gettempdir()).glob("httpstan_*")) == tmp  # and its sockets
@@ -157,8 +156,8 @@ def test_agrees_with_baycomps_hierarchical_test(stan_cache, monkeypatch, tmp_pat
     difference of two independent runs then has one of about 0.008, and 0.04 is five of
     them."""
     a, b = _scores()
-    got = H.hierarchical(a, b, 0.005, lower_is_better=True, cache_dir=stan_cache, seed=0,
-                         chains=4, nsamples=1000, warmup=1000)
+    got = H.hierarchical(a, b, 0.005, lower_is_better=True, cache_dir=stan_cache,
+                         sampling=H.Sampling(0, chains=4, nsamples=1000, warmup=1000))
     monkeypatch.setenv("XDG_CACHE_HOME", str(stan_cache))  # baycomp's build: the same model
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # httpstan leaves its sockets
@@ -180,7 +179,7 @@ def test_the_questions_answer_with_it(stan_cache):
     a = np.array([e["rows"][0]["metrics"]["ece1"]["auc"]["values"] for e in _experiments()])
     b = np.array([e["rows"][1]["metrics"]["ece1"]["auc"]["values"] for e in _experiments()])
     assert h == H.hierarchical(a, b, 0.005, lower_is_better=True, cache_dir=stan_cache,
-                               seed=Q.SEED, chains=2, nsamples=300, warmup=300)
+                               sampling=H.Sampling(Q.SEED, chains=2, nsamples=300, warmup=300))
     assert h["p_a_better"] > 0.95 and "; hierarchical: J better with P = " in p["verdict"]
     md = "\n".join(Q.markdown(ans))
     assert "| joint vs seq | 8 × 4 " in md and "experiments × seeds" in md

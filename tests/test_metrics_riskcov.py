@@ -570,14 +570,14 @@ def test_selective_intervals_with_batched_areas_equal_plain_callables(kind, sele
     plain = {key: _plain(f) for key, f in AREAS.items()}
     assert all(not hasattr(fn, "batched") for fn in plain.values())
     kw = dict(n_resamples=25, level=0.9, seed=3, delta=None, selects=selects, extra={})
-    runs = [BS._selective_intervals(scores, conf, correct, [0.5, 0.8, 1.0], ranking=AREAS,
-                                    **kw),
-            BS._selective_intervals(scores, conf, correct, [0.5, 0.8, 1.0], ranking=AREAS,
-                                    batch=7, **kw),  # several batches: several inputs
-            BS._selective_intervals(scores, conf, correct, [0.5, 0.8, 1.0], ranking=plain,
-                                    **kw),
-            BS._selective_intervals(scores, conf, correct, [0.5, 0.8, 1.0], ranking=AREAS,
-                                    slow=True, **kw)]  # calls aurc, ... on every resample
+    areas = BS.IntervalRequest([0.5, 0.8, 1.0], ranking=AREAS, **kw)
+    runs = [BS._selective_intervals(scores, conf, correct, areas),
+            BS._selective_intervals(scores, conf, correct, areas,
+                                    batch=7),  # several batches: several inputs
+            BS._selective_intervals(scores, conf, correct,
+                                    BS.IntervalRequest([0.5, 0.8, 1.0], ranking=plain, **kw)),
+            BS._selective_intervals(scores, conf, correct, areas,
+                                    slow=True)]  # calls aurc, ... on every resample
     (fast, dist), others = runs[0], runs[1:]
     for out, d in others:
         np.testing.assert_allclose(dist, d, rtol=0, atol=TOL)

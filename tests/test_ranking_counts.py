@@ -10,7 +10,7 @@ import pytest
 from scipy.spatial import ConvexHull
 from selbench.measure.evaluate import RANKING, measure
 from selbench.measure.rcstats import _dominant
-from selbench.measure.resampled import ResampledCell
+from selbench.measure.resampled import IntervalRequest, ResampledCell
 from selbench.measure.riskcoverage import rc_counts
 
 
@@ -74,8 +74,8 @@ def test_resample_curves_equal_a_sort_of_each_row():
     n = 500
     sc = np.round(rng.random(n) * 40)  # ties
     corr = (rng.random(n) < 0.7).astype(float)
-    cell = ResampledCell(sc, rng.random(n), corr, np.array([0.5, 1.0]), n, seed=0, delta=None,
-                         selects=True, extra={}, ranking=RANKING)
+    cell = ResampledCell(sc, rng.random(n), corr, IntervalRequest(
+        np.array([0.5, 1.0]), seed=0, delta=None, selects=True, extra={}, ranking=RANKING))
     idx = rng.integers(0, n, (37, n))
     blocks = list(cell._count_tables(idx))
     drawn = np.concatenate([b[1] for b in blocks])

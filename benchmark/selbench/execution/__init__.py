@@ -1,6 +1,7 @@
 """The run: from a resolved spec to written cells, in the order a run goes through them.
 Cell keys and provenance (:mod:`~selbench.execution.keys`, with the code digests of
-:mod:`~selbench.execution.codeid`), backbone-output extraction
+:mod:`~selbench.execution.codeid`), the run's plan and settings, made once and read by every
+later step (:mod:`~selbench.execution.plan`), backbone-output extraction
 (:mod:`~selbench.execution.extraction`), fitting and evaluating cells
 (:mod:`~selbench.execution.cells`, the blame-finding guards of
 :mod:`~selbench.execution.guard`), jobs (:mod:`~selbench.execution.distributed`) and where they

@@ -27,7 +27,6 @@ import numpy as np
 from selbench.contract.data import ModelOutputs
 from selbench.execution.errors import RunError
 from selbench.execution.guard import blame_plugin, describe_plugin, failure, fit_guarded
-from selbench.execution.keys import Cell, method_fields, method_params
 from selbench.execution.tuning import (
     TuningError,
     oracle_rows,
@@ -50,6 +49,8 @@ from selbench.store.results import CellRecord, ResultsDir
 from selbench.training.devices import seed_everything
 
 if TYPE_CHECKING:  # pragma: no cover - imported when a method is built (scikit-learn is slow)
+    from selbench.execution.keys import Cell
+    from selbench.execution.plan import RunPlan
     from selbench.library.estimator import SelectiveRecalibrator
 
 __all__ = ["FittedCell", "fit_cells", "fit_group", "method_groups", "run_cell", "tune_and_fit"]
@@ -114,10 +115,10 @@ class _Method:
         #: the seeds of the cells being fitted or evaluated, which a failure names
         self.seeds: tuple[int, ...] = ()
         self.names = {attr: describe_plugin(resolved, kind, comp)
-                      for kind, attr, comp in method_fields(self.method)}
+                      for kind, attr, comp in self.method.components()}
         self.factories = [(self.names[attr], resolved.registry.get(kind, comp.name).plugin.factory)
-                          for kind, attr, comp in method_fields(self.method)]
-        self.params = method_params(resolved, self.method)
+                          for kind, attr, comp in self.method.components()]
+        self.params = resolved.method_params(self.method)
         self._estimator = SelectiveRecalibrator
         try:  # validated with the spec already: the same rules, so this never fails
             self.plan = SelectiveRecalibrator(**self.params)._plan()
@@ -133,7 +134,7 @@ class _Method:
         if self.seeds:
             parts.append("seed(s) " + ", ".join(str(s) for s in dict.fromkeys(self.seeds)))
         parts += [f"{attr} {comp.name!r} {json.dumps(comp.params, sort_keys=True)}"
-                  for _, attr, comp in method_fields(self.method) if comp.params]
+                  for _, attr, comp in self.method.components() if comp.params]
         return ", ".join(parts)
 
     def estimator(self, seed: int, beta: float, device: str,
@@ -492,13 +493,15 @@ def tune_and_fit(resolved: ResolvedSpec, cell: Cell, outputs: dict[str, ModelOut
     return FittedCell(est, time.perf_counter() - t1, 1), info
 
 
-def fit_cells(resolved: ResolvedSpec, group: list[Cell], outputs: dict[str, ModelOutputs],
-              dev: str, results: ResultsDir, spec_hash: str, written=None, bar=None) -> None:
-    """Fit one method's cells with one ``fit_many`` call (tuned cells: each tuned and fitted
-    by :func:`tune_and_fit`), then score, measure and write each cell (atomically) as it is
-    done; ``written(cell, record)`` is called after each write, with the record written."""
+def fit_cells(plan: RunPlan, group: list[Cell], outputs: dict[str, ModelOutputs], dev: str,
+              written=None, bar=None) -> None:
+    """Fit one method's cells of ``plan`` with one ``fit_many`` call (tuned cells: each tuned
+    and fitted by :func:`tune_and_fit`), then score, measure and write each cell (atomically)
+    as it is done; ``written(cell, record)`` is called after each write, with the record
+    written."""
+    resolved, results = plan.resolved, plan.results
     exp = resolved.spec.experiments[group[0].e_i]
-    m = _Method(resolved, group[0].e_i, group[0].m_i, spec_hash)
+    m = _Method(resolved, group[0].e_i, group[0].m_i, plan.spec_hash)
     memo: dict = {}
     tuned = group[0].components.get("tuning") is not None
     try:

@@ -4,7 +4,8 @@ A job is a :class:`Unit`: the unfinished cells of one method on one experiment, 
 scheme fits together, or the backbone outputs of one split of an experiment (all its rows,
 or one row range of a large split for a shardable backbone), made before any method job is
 submitted. :func:`run_unit` is what a job runs, in a worker process or a cluster job, from a
-:class:`WorkContext` (it redoes the parent's plan once per process); :func:`run_distributed`
+:class:`WorkContext` (it makes its own :class:`~selbench.execution.plan.RunPlan` once per
+process, so a job whose spec, inputs or code changed after submission refuses to write); :func:`run_distributed`
 submits the jobs, resubmits failed ones, merges the row ranges and raises
 :class:`JobsFailed` naming every job that failed. The backends that run the jobs are
 :mod:`selbench.execution.executors`' (which imports this module to run a job, so the caller,
@@ -21,7 +22,7 @@ from selbench.contract.data import ModelOutputs
 from selbench.execution.cells import fit_cells, method_groups
 from selbench.execution.errors import RunError, leaderboard_note
 from selbench.execution.extraction import Extraction, experiment_outputs
-from selbench.execution.keys import identify, plan_cells
+from selbench.execution.plan import RunPlan, RunSettings, make_plan
 from selbench.execution.results_api import RunReport
 from selbench.spec import ResolvedSpec
 from selbench.store.cache import OutputCache
@@ -87,7 +88,8 @@ _WORKER: dict[str, Any] = {}
 
 
 def _worker_state(ctx: WorkContext) -> dict[str, Any]:
-    """The resolved spec, identity and cell plan of ``ctx``, computed once per process."""
+    """The plan of ``ctx`` (:func:`~selbench.execution.plan.make_plan`: resolved spec,
+    identity, cells, output keys) and its device, made once per process."""
     from selbench.contract.registry import get_registry
 
     token = (ctx.spec_hash, ctx.out_dir, ctx.cache_dir, ctx.device)
@@ -97,12 +99,9 @@ def _worker_state(ctx: WorkContext) -> dict[str, Any]:
     if resolved.hash() != ctx.spec_hash:
         raise RunError("this job resolves the spec differently from the run that submitted it "
                        "(plugins or their versions differ on this machine?)")
-    cache = OutputCache(ctx.cache_dir)
-    results = ResultsDir(ctx.out_dir)
-    ident = identify(resolved, cache)
+    plan = make_plan(resolved, ResultsDir(ctx.out_dir), OutputCache(ctx.cache_dir))
     _WORKER.clear()
-    _WORKER.update(token=token, resolved=resolved, cache=cache, results=results, ident=ident,
-                   cells={c.key: c for c in plan_cells(resolved, results, ident)},
+    _WORKER.update(token=token, plan=plan, cells={c.key: c for c in plan.cells},
                    device=resolve_device(ctx.device), outputs=None)
     return _WORKER
 
@@ -113,16 +112,19 @@ def run_unit(ctx: WorkContext, unit: Unit) -> dict[str, int]:
     meanwhile (a job
     resubmitted after preemption). Returns ``{"computed": n, "reused": k}``."""
     state = _worker_state(ctx)
-    resolved, ident, cache, dev = state["resolved"], state["ident"], state["cache"], state["device"]
+    plan: RunPlan = state["plan"]
+    dev = state["device"]
 
     def outputs_of(e_i: int) -> dict[str, ModelOutputs]:
         if state["outputs"] is None or state["outputs"][0] != e_i:
             state["outputs"] = None  # free the previous experiment's outputs first
-            state["outputs"] = (e_i, experiment_outputs(resolved, e_i, ident, cache, dev, False))
+            state["outputs"] = (e_i, experiment_outputs(
+                plan.resolved, e_i, plan.output_keys[e_i], plan.cache, dev, False))
         return state["outputs"][1]
 
     if unit.stage == "extract":
-        ex = Extraction(resolved, unit.e_i, ident, cache, dev, False)
+        ex = Extraction(plan.resolved, unit.e_i, plan.output_keys[unit.e_i], plan.cache, dev,
+                        False)
         if unit.rows is None:
             ex.split(str(unit.split))
         else:
@@ -133,12 +135,12 @@ def run_unit(ctx: WorkContext, unit: Unit) -> dict[str, int]:
         raise RunError(f"experiments[{unit.e_i}].methods[{unit.m_i}] ({unit.method!r}): the "
                        "spec, an input file or plugin code changed after the run was "
                        "submitted; rerun `selbench run`")
-    results: ResultsDir = state["results"]
+    results = plan.results
     with results.method_lock(unit.experiment, unit.method):
         todo = [c for c in cells if unit.force or
                 results.check_cell(c.path, c.key, c.needs_arrays).record is None]
         if todo:
-            fit_cells(resolved, todo, outputs_of(unit.e_i), dev, results, ctx.spec_hash)
+            fit_cells(plan, todo, outputs_of(unit.e_i), dev)
     return {"computed": len(todo), "reused": len(cells) - len(todo)}
 
 
@@ -205,7 +207,7 @@ def _submit(backend, task, units: list[Unit], retries: int, progress: bool,
     return [JobFailure(u, o.error or "failed", o.log) for u, o in failed]
 
 
-def _extraction_units(resolved, ident, cache, todo, dev, shard_size):
+def _extraction_units(plan: RunPlan, todo, device: str, shard_size: int | None):
     """The extraction jobs of the outputs missing from the cache — one per key (a key that
     several experiments share is extracted once), or one per row range of a split of more
     than ``shard_size`` rows when the backbone is shardable — and the shards to merge."""
@@ -213,9 +215,9 @@ def _extraction_units(resolved, ident, cache, todo, dev, shard_size):
     merges: list[tuple[Extraction, str, list[tuple[int, int]]]] = []
     seen: set[str] = set()
     for e_i in dict.fromkeys(c.e_i for c in todo):
-        ex = Extraction(resolved, e_i, ident, cache, dev, False)
+        ex = Extraction(plan.resolved, e_i, plan.output_keys[e_i], plan.cache, device, False)
         for split, (key, _) in ex.keys.items():
-            if key in seen or cache.path(key).is_file():
+            if key in seen or plan.cache.path(key).is_file():
                 continue
             seen.add(key)
             if shard_size and ex.shardable:
@@ -230,26 +232,28 @@ def _extraction_units(resolved, ident, cache, todo, dev, shard_size):
     return units, merges
 
 
-def work_context(resolved: ResolvedSpec, results: ResultsDir, cache: OutputCache,
-                 device: str) -> WorkContext:
+def work_context(plan: RunPlan, device: str) -> WorkContext:
     """The :class:`WorkContext` of a run's jobs; ``device`` the one they resolve (the parent's
-    resolved device on a local pool, the requested one on a cluster)."""
+    resolved device on a local pool, the requested one on a cluster:
+    :attr:`~selbench.execution.plan.RunSettings.job_device`)."""
+    resolved = plan.resolved
     return WorkContext(
         spec=resolved.spec, raw=resolved.raw, source=resolved.source,
-        base_dir=str(resolved.base_dir), spec_hash=resolved.hash(),
-        out_dir=str(results.root.resolve()), cache_dir=str(cache.root.resolve()),
+        base_dir=str(resolved.base_dir), spec_hash=plan.spec_hash,
+        out_dir=str(plan.results.root.resolve()), cache_dir=str(plan.cache.root.resolve()),
         device=device)
 
 
-def run_distributed(resolved, cache, ident, todo, force, only, dev, options, progress, report,
-                    backend, task) -> None:
-    """The unfinished cells as jobs on a local pool or a cluster (see
+def run_distributed(plan: RunPlan, settings: RunSettings, report: RunReport, backend,
+                    task) -> None:
+    """The plan's unfinished cells as jobs on a local pool or a cluster (see
     :mod:`selbench.execution.executors`): first the missing backbone outputs (one job per cache key —
     split of an experiment —, or per row range of a split larger than the executor's
     ``shard_size`` for a shardable backbone, merged here once all are in), then one job per
     method; the leaderboard is written by the caller, which also makes ``backend`` and its
     ``task`` (the executor's, for :func:`work_context`)."""
-    extract, merges = _extraction_units(resolved, ident, cache, todo, dev,
+    options, progress = settings.executor, settings.progress
+    extract, merges = _extraction_units(plan, plan.todo, settings.device,
                                         getattr(options, "shard_size", None))
     failures = _submit(backend, task, extract, options.retries, progress, report,
                        "backbone outputs")
@@ -261,12 +265,13 @@ def run_distributed(resolved, cache, ident, todo, force, only, dev, options, pro
                   f"{split!r}", file=sys.stderr)
         ex.merge(split, shards)
     units = []
-    for group in method_groups(todo):
-        method = resolved.spec.experiments[group[0].e_i].methods[group[0].m_i]
+    for group in method_groups(list(plan.todo)):
+        e_i, m_i = group[0].e_i, group[0].m_i
+        label = plan.label(group[0])
         units.append(Unit(
-            "fit", group[0].e_i, resolved.spec.experiments[group[0].e_i].name, group[0].m_i,
-            method.label, tuple(c.key for c in group), tuple(c.seed for c in group),
-            force=bool(force and (not only or method.label in only))))
+            "fit", e_i, plan.resolved.spec.experiments[e_i].name, m_i, label,
+            tuple(c.key for c in group), tuple(c.seed for c in group),
+            force=settings.forces(label)))
     failures = _submit(backend, task, units, options.retries, progress, report, "methods")
     if failures:
         raise JobsFailed(failures, len(units))

@@ -9,6 +9,7 @@ run reads.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,6 @@ from selbench.contract.api import FitContext
 from selbench.contract.data import DataError, ModelOutputs
 from selbench.execution.errors import RunError
 from selbench.execution.guard import blame_plugin, describe_plugin, failure
-from selbench.execution.keys import Identity, output_keys
 from selbench.spec import ResolvedSpec, SpecError
 from selbench.store.cache import OutputCache
 
@@ -30,13 +30,14 @@ class Extraction:
     declaring :attr:`selbench.contract.api.Backbone.shardable`, in a distributed run — one row range
     at a time; every failure is one line naming the experiment and the plugin."""
 
-    def __init__(self, resolved: ResolvedSpec, e_i: int, ident: Identity, cache: OutputCache,
-                 device: str, progress: bool):
+    def __init__(self, resolved: ResolvedSpec, e_i: int,
+                 keys: Mapping[str, tuple[str, dict]], cache: OutputCache, device: str,
+                 progress: bool):
         self.resolved, self.e_i, self.cache = resolved, e_i, cache
         self.device, self.progress = device, progress
         self.exp = exp = resolved.spec.experiments[e_i]
         self.where = f"experiments[{e_i}] ({exp.name})"
-        self.keys = output_keys(resolved, ident, e_i)
+        self.keys = dict(keys)  # split -> (cache key, key material): the run plan's
         self.names = {"dataset": describe_plugin(resolved, "dataset", exp.dataset),
                       "backbone": describe_plugin(resolved, "backbone", exp.backbone)}
         self._factories = [(self.names[k], resolved.registry.get(k, getattr(exp, k).name)
@@ -177,11 +178,14 @@ class Extraction:
 def experiment_outputs(
     resolved: ResolvedSpec,
     e_i: int,
-    ident: Identity,
+    keys: Mapping[str, tuple[str, dict]],
     cache: OutputCache,
     device: str,
     progress: bool,
 ) -> dict[str, ModelOutputs]:
-    """Backbone outputs of the experiment's fitting and evaluation splits, via the cache."""
-    ex = Extraction(resolved, e_i, ident, cache, device, progress)
+    """Backbone outputs of the experiment's fitting and evaluation splits, via the cache;
+    ``keys``: split -> (cache key, key material), the run plan's
+    (:attr:`selbench.execution.plan.RunPlan.output_keys`, or
+    :func:`selbench.execution.keys.output_keys` outside a run)."""
+    ex = Extraction(resolved, e_i, keys, cache, device, progress)
     return {split: ex.split(split) for split in ex.keys}

@@ -160,11 +160,9 @@ def _components_of(exp: ExperimentSpec, e_i: int):
 
 
 def method_fields(method: MethodSpec):
-    """(kind, field, component) of each plugin a method uses (absent losses left out)."""
-    for kind, attr in METHOD_FIELDS:
-        comp = getattr(method, attr)
-        if comp is not None:
-            yield kind, attr, comp
+    """(kind, field, component) of each plugin a method uses (absent losses left out):
+    :meth:`MethodSpec.components <selbench.spec.MethodSpec.components>`."""
+    return method.components()
 
 
 def identify(resolved: ResolvedSpec, cache: OutputCache) -> Identity:
@@ -299,10 +297,6 @@ def why_recomputed(cell: Cell, check: CellCheck) -> str:
 
 
 def method_params(resolved: ResolvedSpec, method: MethodSpec) -> dict[str, Any]:
-    """A spec's method as :class:`~selbench.library.estimator.SelectiveRecalibrator` parameters: each
-    component ``{name, params}`` with its validated params (defaults filled in, input paths
-    resolved against the spec's folder), absent losses None."""
-    params: dict[str, Any] = {attr: None for _, attr in METHOD_FIELDS}
-    for kind, attr, comp in method_fields(method):
-        params[attr] = {"name": comp.name, "params": resolved.params(kind, comp)}
-    return params
+    """A spec's method as :class:`~selbench.library.estimator.SelectiveRecalibrator` parameters
+    (:meth:`ResolvedSpec.method_params <selbench.spec.ResolvedSpec.method_params>`)."""
+    return resolved.method_params(method)

@@ -29,6 +29,10 @@ plugins from the registry, fits them (its components as one job of ``fit_many``)
 estimator on the same rows gets the cell's numbers. The runner knows nothing about individual
 plugins: it drives them through the interfaces in :mod:`selbench.contract.api`.
 
+:func:`run` turns its keywords into :class:`~selbench.execution.plan.RunSettings`, makes the
+run's :class:`~selbench.execution.plan.RunPlan` once (:func:`~selbench.execution.plan.make_plan`:
+identity, cells and keys, provenance, what is reused) and hands both forward.
+
 This module is the entry point (:func:`run`) and the inline run; it re-exports the names
 users import from it (:class:`RunError`, :class:`RunReport` / :class:`RunResults`,
 :class:`Leaderboard`, :class:`JobsFailed`, :func:`fit_indices`, :func:`slug`,
@@ -47,12 +51,13 @@ from selbench.execution.cells import fit_cells, method_groups
 from selbench.execution.distributed import JobsFailed, run_distributed, work_context
 from selbench.execution.errors import MethodFailure, MethodsFailed, RunError
 from selbench.execution.extraction import experiment_outputs
-from selbench.execution.keys import Cell, identify, plan_cells, provenance, why_recomputed
+from selbench.execution.keys import Cell
+from selbench.execution.plan import RunPlan, RunSettings, make_plan
 from selbench.execution.results_api import Leaderboard, RunReport, RunResults
 from selbench.measure.evaluate import fit_indices
 from selbench.spec import ResolvedSpec, SpecError, load_spec
 from selbench.store.cache import OutputCache
-from selbench.store.results import LEGACY, CellRecord, ResultsDir, ResultsError, RunRecord, slug
+from selbench.store.results import CellRecord, ResultsDir, ResultsError, RunRecord, slug
 from selbench.training.devices import resolve_device
 
 __all__ = ["JobsFailed", "Leaderboard", "MethodsFailed", "RunError", "RunReport", "RunResults", "fit_indices",
@@ -102,19 +107,19 @@ def run(
         workers: worker processes of the ``local`` executor.
         retries: resubmit a failed job up to this many times (distributed executors).
     """
-    from selbench.reporting.leaderboard import write_leaderboard
-    from selbench.util.progress import progress_bar as tqdm  # plain lines off a terminal
-
     overrides, only = _strings(overrides, "overrides"), _strings(only, "only")
     resolved = _resolve(spec, overrides, optional, only)
-    options = _executor_options(resolved, executor, workers, retries)
-    dev = resolve_device(device or resolved.spec.device)
+    requested = device or resolved.spec.device
+    settings = RunSettings(
+        device=resolve_device(requested), requested_device=requested,
+        executor=_executor_options(resolved, executor, workers, retries),
+        progress=progress, plots=plots, force=force, only=frozenset(only))
     results = _results_dir(resolved, out_dir)
     cache = OutputCache(cache_dir)
     cache.prepare()
     with results.lock():
-        report = _run_locked(resolved, results, cache, dev, progress, plots, force, set(only),
-                             tqdm, write_leaderboard, options, device or resolved.spec.device)
+        plan = make_plan(resolved, results, cache, settings)
+        report = _run_plan(plan, settings)
     report.skipped = list(resolved.skipped)
     return report
 
@@ -176,58 +181,39 @@ def _results_dir(resolved: ResolvedSpec, out_dir) -> ResultsDir:
     return results
 
 
-def _run_locked(resolved, results, cache, dev, progress, plots, force, only, tqdm,
-                write_leaderboard, options=None, requested_device="auto") -> RunReport:
-    ident = identify(resolved, cache)
-    cells = plan_cells(resolved, results, ident)
-    canonical = resolved.canonical()
-    results.write_spec(yaml.safe_dump(canonical, sort_keys=False, allow_unicode=True))
-    prov = provenance(resolved, dev)
-    prov["inputs"] = ident.inputs
-    prov["code"] = {"core": ident.core, **ident.code}
-    results.write_run(RunRecord(
-        provenance=prov,
+def _record(plan: RunPlan) -> None:
+    """The run's spec (every default filled in) and its record (provenance, cells, keys)."""
+    canonical = plan.resolved.canonical()
+    plan.results.write_spec(yaml.safe_dump(canonical, sort_keys=False, allow_unicode=True))
+    plan.results.write_run(RunRecord(
+        provenance=plan.provenance,
         spec=canonical,
-        cells=[c.path.relative_to(results.root).as_posix() for c in cells],
-        cell_keys=[c.key for c in cells],
+        cells=[c.path.relative_to(plan.results.root).as_posix() for c in plan.cells],
+        cell_keys=[c.key for c in plan.cells],
     ))
 
-    report = RunReport(results.root)
-    known: dict[str, CellRecord] = {}  # records verified or written here: not read again
-    todo: list[Cell] = []
-    for c in cells:
-        label = resolved.spec.experiments[c.e_i].methods[c.m_i].label
-        if force and (not only or label in only):
-            todo.append(c)
-            report.reasons["--force"] = report.reasons.get("--force", 0) + 1
-            continue
-        check = results.check_cell(c.path, c.key, c.needs_arrays)
-        if check.record is not None:
-            known[os.path.abspath(c.path)] = check.record
-            continue
-        todo.append(c)
-        if check.problem != "missing":
-            reason = why_recomputed(c, check)
-            report.reasons[reason] = report.reasons.get(reason, 0) + 1
-            if check.previous is None and check.problem != LEGACY:
-                print(f"selbench: warning: {c.path}: {check.problem}; recomputing it",
-                      file=sys.stderr)
-    report.reused = len(cells) - len(todo)
-    for reason, n in report.reasons.items():
-        print(f"{n} cell(s) recomputed: {reason}", file=sys.stderr)
-    if options is not None and options.name != "inline":
-        failed, jobs_failed = _run_jobs_keeping_failures(
-            resolved, results, cache, ident, todo, force, only, dev, requested_device,
-            options, progress, report)
-    else:
+
+def _run_plan(plan: RunPlan, settings: RunSettings) -> RunReport:
+    """Record the plan, compute its unfinished cells (here or as jobs), then write the
+    leaderboard of what finished; a failed method or job is raised after it."""
+    from selbench.reporting.leaderboard import write_leaderboard
+
+    _record(plan)
+    report = RunReport(plan.results.root)
+    report.reasons = dict(plan.reuse.reasons)
+    report.reused = len(plan.cells) - len(plan.todo)
+    known = dict(plan.reuse.known)  # records verified or written here: not read again
+    if settings.inline:
         jobs_failed = None
-        failed = _run_inline(resolved, results, cache, ident, todo, dev, progress,
-                             prov["spec_hash"], report, tqdm, known)
-    report.files = _write_outputs(results.root, write_leaderboard, known, failed, plots)
+        failed = _run_inline(plan, settings, report, known)
+    else:
+        failed, jobs_failed = _run_jobs_keeping_failures(plan, settings, report)
+    report.files = _write_outputs(plan.results.root, write_leaderboard, known, failed,
+                                  settings.plots)
     if jobs_failed is not None:
         raise jobs_failed.with_leaderboard(report.files[0])
     if failed:
-        n_methods = len({(c.e_i, c.m_i) for c in cells})
+        n_methods = len({(c.e_i, c.m_i) for c in plan.cells})
         raise MethodsFailed(failed, n_methods, report.files[0]) from failed[0].cause
     return report
 
@@ -246,20 +232,24 @@ def _write_outputs(root, write_leaderboard, known, failed, plots) -> list:
     return files
 
 
-def _run_inline(resolved, results, cache, ident, todo, dev, progress, spec_hash, report,
-                tqdm, known) -> list[MethodFailure]:
-    """Every unfinished cell in this process, one method (one ``fit_many``) at a time; each
-    record written is added to ``known`` (by absolute path) for the leaderboard. A method
-    that fails (a :class:`RunError`) is set aside with its error and the run goes on with
-    the next one: the failures are returned, none of the failed cells is written."""
+def _run_inline(plan: RunPlan, settings: RunSettings, report: RunReport,
+                known: dict[str, CellRecord]) -> list[MethodFailure]:
+    """Every unfinished cell of ``plan`` in this process, one method (one ``fit_many``) at a
+    time; each record written is added to ``known`` (by absolute path) for the leaderboard. A
+    method that fails (a :class:`RunError`) is set aside with its error and the run goes on
+    with the next one: the failures are returned, none of the failed cells is written."""
+    from selbench.util.progress import progress_bar as tqdm  # plain lines off a terminal
+
     failed: list[MethodFailure] = []
     by_exp: dict[int, list[Cell]] = {}
-    for c in todo:
+    for c in plan.todo:
         by_exp.setdefault(c.e_i, []).append(c)
-    bar = tqdm(total=len(todo), desc="methods", unit="cell", disable=not progress or not todo)
+    bar = tqdm(total=len(plan.todo), desc="methods", unit="cell",
+               disable=not settings.progress or not plan.todo)
     try:
         for e_i, exp_cells in by_exp.items():
-            outputs = experiment_outputs(resolved, e_i, ident, cache, dev, progress)
+            outputs = experiment_outputs(plan.resolved, e_i, plan.output_keys[e_i], plan.cache,
+                                         settings.device, settings.progress)
             for group in method_groups(exp_cells):
                 def written(cell: Cell, record: CellRecord) -> None:
                     known[os.path.abspath(cell.path)] = record
@@ -267,21 +257,22 @@ def _run_inline(resolved, results, cache, ident, todo, dev, progress, spec_hash,
                     bar.update(1)
 
                 try:
-                    fit_cells(resolved, group, outputs, dev, results, spec_hash, written, bar)
+                    fit_cells(plan, group, outputs, settings.device, written, bar)
                 except RunError as exc:
-                    exp = resolved.spec.experiments[e_i]
-                    failed.append(MethodFailure(exp.name, exp.methods[group[0].m_i].label,
+                    exp = plan.resolved.spec.experiments[e_i]
+                    failed.append(MethodFailure(exp.name, plan.label(group[0]),
                                                 tuple(c.seed for c in group), str(exc), exc))
     finally:
         bar.close()
     return failed
 
 
-def _run_jobs_keeping_failures(*args) -> tuple[list[MethodFailure], JobsFailed | None]:
+def _run_jobs_keeping_failures(plan: RunPlan, settings: RunSettings, report: RunReport
+                               ) -> tuple[list[MethodFailure], JobsFailed | None]:
     """:func:`_run_jobs`; the method jobs that failed as failures (and their error), for
     the leaderboard of the others. A failed extraction job is raised: no method ran."""
     try:
-        _run_jobs(*args)
+        _run_jobs(plan, settings, report)
     except JobsFailed as exc:
         if any(f.unit.stage != "fit" for f in exc.failures):
             raise
@@ -290,15 +281,13 @@ def _run_jobs_keeping_failures(*args) -> tuple[list[MethodFailure], JobsFailed |
     return [], None
 
 
-def _run_jobs(resolved, results, cache, ident, todo, force, only, dev, requested_device,
-              options, progress, report) -> None:
+def _run_jobs(plan: RunPlan, settings: RunSettings, report: RunReport) -> None:
     """The unfinished cells as jobs (:func:`~selbench.execution.distributed.run_distributed`)
     on the executor's backend, each job running the executor's task: the jobs resolve the
     parent's device on a local pool, the requested one on a cluster."""
     from selbench.execution.executors import UnitTask, make_backend
 
-    device = dev if options.name == "local" else requested_device
-    backend = make_backend(options, results.root, device)
-    task = UnitTask(work_context(resolved, results, cache, device), log_dir=backend.log_dir())
-    run_distributed(resolved, cache, ident, todo, force, only, dev, options, progress, report,
-                    backend, task)
+    device = settings.job_device
+    backend = make_backend(settings.executor, plan.results.root, device)
+    task = UnitTask(work_context(plan, device), log_dir=backend.log_dir())
+    run_distributed(plan, settings, report, backend, task)

@@ -106,6 +106,7 @@ linear interpolation) of the metric over the resamples.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
 import os
@@ -115,7 +116,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from selbench.measure.resampled import BINNED, ResampledCell
+from selbench.measure.resampled import BINNED, IntervalRequest, ResampledCell
 from selbench.measure.validation import (
     check_betas,
     check_confidence,
@@ -126,7 +127,7 @@ from selbench.measure.validation import (
     check_seed,
 )
 
-__all__ = ["METHODS", "Interval", "bootstrap_ci", "selective_intervals"]
+__all__ = ["METHODS", "Interval", "IntervalRequest", "bootstrap_ci", "selective_intervals"]
 
 #: Second entry of the seed of every bootstrap draw, ``np.random.default_rng([seed, 0xB007])``.
 _BOOTSTRAP_STREAM = 0xB007
@@ -339,22 +340,24 @@ def _scipy_interval(
                         rng=rng, **kwargs)
     low = np.array(res.confidence_interval.low, dtype=np.float64)
     high = np.array(res.confidence_interval.high, dtype=np.float64)
-    bad = np.isnan(low) | np.isnan(high)
-    if bad.any():
-        low, high = _repair_nan(res, low, high, bad, method, stat, n, rng, kwargs)
+    if (np.isnan(low) | np.isnan(high)).any():
+        low, high = _repair_nan(res, method, stat, n, rng, kwargs)
     return low, high
 
 
 def _repair_nan(
-    res: Any, low: np.ndarray, high: np.ndarray, bad: np.ndarray, method: str,
-    stat: Callable[..., np.ndarray], n: int, rng: np.random.Generator, kwargs: dict[str, Any],
+    res: Any, method: str, stat: Callable[..., np.ndarray], n: int, rng: np.random.Generator,
+    kwargs: dict[str, Any],
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The interval where scipy's is NaN (``bad``), as the module docstring says: the
+    """scipy's interval ``res`` where it is NaN repaired, as the module docstring says: the
     constant of a constant bootstrap distribution, else the percentile interval of the same
-    resamples (``res``) with a warning, or NaN with a warning when the statistic was NaN.
-    The warnings point at the caller of :func:`bootstrap_ci`."""
+    resamples with a warning, or NaN with a warning when the statistic was NaN. The warnings
+    point at the caller of :func:`bootstrap_ci`."""
     from scipy.stats import DegenerateDataWarning, bootstrap
 
+    low = np.array(res.confidence_interval.low, dtype=np.float64)
+    high = np.array(res.confidence_interval.high, dtype=np.float64)
+    bad = np.isnan(low) | np.isnan(high)
     dist = np.asarray(res.bootstrap_distribution, dtype=np.float64)
     has_nan = np.isnan(dist).any(axis=-1)
     constant = ~has_nan & (dist.max(axis=-1) == dist.min(axis=-1))
@@ -462,35 +465,41 @@ def selective_intervals(
         itself and ``low == high`` (scipy needs 2 examples; this is its point-mass limit).
         A metric that is NaN on some resample has a NaN interval and a ``RuntimeWarning``.
     """
-    return _selective_intervals(scores, confidence, correct, betas, n_resamples=n_resamples,
-                                level=level, seed=seed, delta=delta, selects=selects,
-                                extra=extra, ranking=ranking)[0]
+    request = IntervalRequest(betas, n_resamples=n_resamples, level=level, seed=seed,
+                              delta=delta, selects=selects, extra=extra, ranking=ranking)
+    return _selective_intervals(scores, confidence, correct, request)[0]
 
 
-def _selective_intervals(
-    scores: Any, confidence: Any, correct: Any, betas: Any, *, n_resamples: int, level: float,
-    seed: int, delta: float | None, selects: bool, extra: Any, ranking: Any,
-    slow: bool = False, batch: int | None = None,
-) -> tuple[dict[str, dict[str, Any]], np.ndarray]:
-    """:func:`selective_intervals` and the bootstrap distribution ``[outputs, resamples]``;
-    ``slow`` measures every resample with ``selective_metrics`` instead (for the tests)."""
-    conf = check_confidence(confidence)
-    corr = check_correct(correct, conf.shape[0])
-    sc = check_scores(scores, conf.shape[0])
-    b = check_betas(betas)
-    n = check_n(conf.shape[0])
-    n_resamples = _check_resamples(n_resamples)
-    level = _check_level(level)
-    seed = check_seed(seed)
-    if delta is not None:
-        delta = check_delta(delta)
-    extra = _check_callables(extra, "extra")
-    ranking = _check_callables(ranking, "ranking")
+def _checked(request: IntervalRequest) -> IntervalRequest:
+    """``request`` with every field checked (betas as an array, the callables as dicts)."""
+    checked = dict(betas=check_betas(request.betas),
+                   n_resamples=_check_resamples(request.n_resamples),
+                   level=_check_level(request.level), seed=check_seed(request.seed),
+                   delta=None if request.delta is None else check_delta(request.delta))
+    extra = _check_callables(request.extra, "extra")
+    ranking = _check_callables(request.ranking, "ranking")
     overlap = set(extra) & set(ranking)
     if overlap:
         raise ValueError(f"extra and ranking both name {sorted(overlap)}")
-    cell = ResampledCell(sc, conf, corr, b, n, seed=seed, delta=delta, selects=bool(selects),
-                         extra=extra, ranking=ranking)
+    return dataclasses.replace(request, **checked, selects=bool(request.selects), extra=extra,
+                               ranking=ranking)
+
+
+def _selective_intervals(
+    scores: Any, confidence: Any, correct: Any, request: IntervalRequest, *,
+    slow: bool = False, batch: int | None = None,
+) -> tuple[dict[str, dict[str, Any]], np.ndarray]:
+    """:func:`selective_intervals` as ``request`` asks, and the bootstrap distribution
+    ``[outputs, resamples]``; ``slow`` measures every resample with ``selective_metrics``
+    instead (for the tests)."""
+    conf = check_confidence(confidence)
+    corr = check_correct(correct, conf.shape[0])
+    sc = check_scores(scores, conf.shape[0])
+    check_betas(request.betas)  # in the order the arguments come
+    n = check_n(conf.shape[0])
+    request = _checked(request)
+    n_resamples, seed = request.n_resamples, request.seed
+    cell = ResampledCell(sc, conf, corr, request)
 
     def measure(idx: np.ndarray) -> np.ndarray:
         return cell.rows_slow(idx) if slow else _rows_threaded(cell, idx)
@@ -508,7 +517,8 @@ def _selective_intervals(
             warnings.simplefilter("ignore", DegenerateDataWarning)
             res = bootstrap((np.arange(n),), statistic, n_resamples=n_resamples,
                             batch=batch if batch is not None else _default_batch(n),
-                            vectorized=True, paired=False, axis=0, confidence_level=level,
+                            vectorized=True, paired=False, axis=0,
+                            confidence_level=request.level,
                             method="percentile",
                             rng=np.random.default_rng([seed, _BOOTSTRAP_STREAM]))
         low = np.asarray(res.confidence_interval.low, dtype=np.float64)

@@ -47,13 +47,14 @@ import io
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 __all__ = ["CHAINS", "HIERARCHICAL_NAME", "NSAMPLES", "WARMUP", "HierarchicalUnavailable",
-           "hierarchical", "region_samples", "stan_data", "unavailable"]
+           "Sampling", "hierarchical", "region_samples", "stan_data", "unavailable"]
 
 #: Stan chains, draws per chain after warm-up, warm-up iterations per chain (baycomp's
 #: defaults are 4 chains × 10,000 draws; 2,500 keep the Monte-Carlo error of a probability
@@ -61,6 +62,21 @@ __all__ = ["CHAINS", "HIERARCHICAL_NAME", "NSAMPLES", "WARMUP", "HierarchicalUna
 CHAINS = 4
 NSAMPLES = 2500
 WARMUP = 1000
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How Stan samples one hierarchical fit (a spec's ``questions.hierarchical`` block and
+    the seed): the same data and sampling give the same numbers."""
+
+    seed: int = 0
+    chains: int = CHAINS
+    #: draws per chain after warm-up
+    nsamples: int = NSAMPLES
+    #: warm-up iterations per chain
+    warmup: int = WARMUP
+
+
 #: baycomp's hyper-parameters of the model (HierarchicalTest.sample's defaults)
 PRIOR = {"lower_alpha": 1.0, "upper_alpha": 2.0, "lower_beta": 0.01, "upper_beta": 0.1,
          "upper_sigma": 1000.0}
@@ -162,8 +178,7 @@ def _stan_cache(cache_dir: Path) -> Iterator[None]:
                 os.environ["XDG_CACHE_HOME"] = old_env
 
 
-def _sample(data: dict, seed: int, chains: int, nsamples: int, warmup: int
-            ) -> dict[str, np.ndarray]:
+def _sample(data: dict, sampling: Sampling) -> dict[str, np.ndarray]:
     """δ₀, σ₀ and ν of every draw of baycomp's model (inside :func:`_stan_cache`)."""
     import baycomp
     import httpstan.cache
@@ -173,12 +188,13 @@ def _sample(data: dict, seed: int, chains: int, nsamples: int, warmup: int
     log = io.StringIO()
     try:
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-            model = stan.build(program, data=data, random_seed=int(seed))
+            model = stan.build(program, data=data, random_seed=int(sampling.seed))
             fits = httpstan.cache.model_directory(model.model_name) / "fits"
             before = set(fits.glob("*")) if fits.is_dir() else set()
             try:
-                fit = model.sample(num_chains=int(chains), num_samples=int(nsamples),
-                                   num_warmup=int(warmup))
+                fit = model.sample(num_chains=int(sampling.chains),
+                                   num_samples=int(sampling.nsamples),
+                                   num_warmup=int(sampling.warmup))
             finally:
                 for path in (set(fits.glob("*")) if fits.is_dir() else set()) - before:
                     path.unlink(missing_ok=True)
@@ -190,12 +206,12 @@ def _sample(data: dict, seed: int, chains: int, nsamples: int, warmup: int
 
 
 def hierarchical(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], rope: float, *,
-                 lower_is_better: bool, cache_dir: str | Path, seed: int = 0,
-                 chains: int = CHAINS, nsamples: int = NSAMPLES,
-                 warmup: int = WARMUP) -> dict[str, Any]:
+                 lower_is_better: bool, cache_dir: str | Path,
+                 sampling: Sampling = Sampling()) -> dict[str, Any]:
     """P(a better), P(practically equal: the next experiment's difference within ±``rope``),
     P(b better) from baycomp's hierarchical model on ``a`` and ``b`` (experiments × seeds,
-    paired by seed), seeded ``seed`` (the same input and seed give the same numbers):
+    paired by seed), sampled as ``sampling`` says (the same input, seed and sampling give the
+    same numbers):
     ``{"p_a_better", "p_equal", "p_b_better", "rope", "seed", "chains", "nsamples",
     "warmup", "experiments", "seeds", "rho", "delta0_mean"}`` (``delta0_mean``: the posterior
     mean of the higher-level mean difference, in the metric's units, a − b).
@@ -207,10 +223,12 @@ def hierarchical(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], rop
     from baycomp.multiple import Posterior
 
     x, y = _scores(a, b)
+    seed, chains, nsamples, warmup = (sampling.seed, sampling.chains, sampling.nsamples,
+                                      sampling.warmup)
     sign = -1.0 if lower_is_better else 1.0  # baycomp: higher scores are better
     data, scaled_rope = stan_data(sign * x, sign * y, float(rope), int(seed))
     with _stan_cache(Path(cache_dir)):
-        draws = _sample(data, seed, chains, nsamples, warmup)
+        draws = _sample(data, sampling)
     samples = region_samples(draws["delta0"], draws["std0"], draws["nu"], scaled_rope)
     left, equal, right = (float(v) for v in Posterior(samples).probs(with_rope=True))
     scale = float(np.mean(np.std(sign * (y - x), axis=1)))

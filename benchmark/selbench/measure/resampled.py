@@ -1,7 +1,10 @@
 """A leaderboard cell re-measured on bootstrap resamples: :class:`ResampledCell`.
 
 Everything :func:`selbench.measure.bootstrap.selective_intervals` needs to re-measure one cell
-on rows of resampled evaluation examples: the cell's arrays prepared once, the plain
+on rows of resampled evaluation examples: what the intervals are asked for
+(:class:`IntervalRequest`: the coverage levels, the resamples, the confidence level, the seed,
+the guarantee, whether the selector selects, the further metrics), the cell's arrays prepared
+once, the plain
 measurement of each row by :func:`selbench.measure.metrics.selective_metrics`
 (:meth:`ResampledCell.rows_slow`, obviously correct) and the vectorised one of all rows at
 once (:meth:`ResampledCell.rows_fast`, equal to it to float64 rounding, tested to 1e-12).
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,7 +28,7 @@ from selbench.measure.metrics import (
     selective_metrics,
 )
 
-__all__ = ["BINNED", "ResampledCell"]
+__all__ = ["BINNED", "IntervalRequest", "ResampledCell"]
 
 #: Equal-mass bins of the ECE in a leaderboard cell (as :func:`selbench.measure.metrics.selective_metrics`).
 _N_BINS = 15
@@ -34,17 +38,41 @@ BINNED = ("ece1", "ece2", "brier", "accuracy")
 _CHUNK_ENTRIES = 1 << 16
 
 
+@dataclass(frozen=True)
+class IntervalRequest:
+    """What the bootstrap intervals of one leaderboard cell are asked for (the arguments of
+    :func:`selbench.measure.bootstrap.selective_intervals` but the cell's arrays): decided once
+    and passed forward, checked by the bootstrap before any draw."""
+
+    #: coverage levels in (0, 1] (an array once checked)
+    betas: Any
+    n_resamples: int = 200
+    #: confidence level in (0, 1)
+    level: float = 0.95
+    #: the cell's seed: seeds both the draws and the tie-break
+    seed: int = 0
+    #: Hoeffding failure probability, or None (as the cell)
+    delta: float | None = None
+    #: False for a selector that does not select (everything accepted)
+    selects: bool = True
+    #: further selective metrics, name -> ``fn(confidence, correct)``
+    extra: Mapping[str, Callable[..., Any]] | None = None
+    #: metrics of the whole ranking, name -> ``fn(scores, correct)``
+    ranking: Mapping[str, Callable[..., Any]] | None = None
+
+
 class ResampledCell:
     """Everything about one leaderboard cell that does not depend on the resample rows, for
-    rows of ``n`` examples (``n`` = the evaluation set; BCa's jackknife would need ``n - 1``)."""
+    rows of as many examples as the cell has (the evaluation set), measured as ``request``
+    (checked) asks."""
 
-    def __init__(self, sc: np.ndarray, conf: np.ndarray, corr: np.ndarray, betas: np.ndarray,
-                 n: int, *, seed: int, delta: float | None, selects: bool,
-                 extra: Mapping[str, Callable[..., Any]],
-                 ranking: Mapping[str, Callable[..., Any]]) -> None:
+    def __init__(self, sc: np.ndarray, conf: np.ndarray, corr: np.ndarray,
+                 request: IntervalRequest) -> None:
+        n, betas = sc.shape[0], np.asarray(request.betas, dtype=np.float64)
+        seed, delta, selects = request.seed, request.delta, bool(request.selects)
         self.sc, self.conf, self.corr, self.betas = sc, conf, corr, betas
         self.n, self.seed, self.delta, self.selects = n, seed, delta, selects
-        self.extra, self.ranking = dict(extra), dict(ranking)
+        self.extra, self.ranking = dict(request.extra or {}), dict(request.ranking or {})
         self.has_auc = betas.shape[0] >= 2 and np.unique(betas).shape[0] == betas.shape[0]
         if selects:
             self.k, _ = count_accepted(n, betas, delta, stacklevel=4)

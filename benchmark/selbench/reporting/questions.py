@@ -176,7 +176,7 @@ def _hierarchical(p: dict, per_seed: Sequence[tuple[list, list]], q: Mapping,
     try:
         p["hierarchical"] = hierarchical.hierarchical(
             a, b, float(q["rope"]), lower_is_better=lower_is_better, cache_dir=cache_dir,
-            seed=SEED, chains=cfg["chains"], nsamples=cfg["samples"], warmup=cfg["warmup"])
+            sampling=hierarchical.Sampling(SEED, cfg["chains"], cfg["samples"], cfg["warmup"]))
     except ValueError as e:  # e.g. a and b equal on every seed of every experiment
         p["hierarchical_note"] = f"not run: {e}"
         return

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -115,6 +116,13 @@ class MethodSpec(_Model):
                     "{log_uniform|uniform|int: [low, high]} | {choice: [...]} | default}, replacing "
                     "the plugins' declared spaces ({}: not tuned); left out: the declared spaces",
     )
+
+    def components(self) -> Iterator[tuple[str, str, Component]]:
+        """(kind, field, component) of each plugin the method uses (absent losses left out)."""
+        for kind, attr in METHOD_FIELDS:
+            comp = getattr(self, attr)
+            if comp is not None:
+                yield kind, attr, comp
 
 
 class TuningSpec(_Model):
@@ -600,6 +608,15 @@ class ResolvedSpec:
         """Validated params with defaults filled in and declared input paths resolved
         against :attr:`base_dir` (see :mod:`selbench.contract.inputs`), JSON-ready (a new dict)."""
         return self.resolved_params(kind, comp).model_dump(mode="json")
+
+    def method_params(self, method: MethodSpec) -> dict[str, Any]:
+        """A method as :class:`~selbench.library.estimator.SelectiveRecalibrator` parameters:
+        each component ``{name, params}`` with its validated params (defaults filled in, input
+        paths resolved against the spec's folder), absent losses None."""
+        params: dict[str, Any] = {attr: None for _, attr in METHOD_FIELDS}
+        for kind, attr, comp in method.components():
+            params[attr] = {"name": comp.name, "params": self.params(kind, comp)}
+        return params
 
     def inputs(self, kind: str, comp: Component) -> dict[str, tuple[str, InputSpec]]:
         """Parameter -> (resolved path, declaration) for every input ``comp`` names."""
