@@ -36,9 +36,6 @@ MANY_PARAMETERS = {
     "read them from this signature, and scikit-learn forbids **kwargs here)",
     "selbench/execution/pysearch.py:TuneSearch.__init__": "a scikit-learn search estimator "
     "(like GridSearchCV): its keyword options are its parameters, for get_params and clone",
-    "selbench/measure/bootstrap.py:selective_intervals": "the public bootstrap of one "
-    "cell's metrics, called with keyword options (tests, selbench.measure.evaluate); a thin "
-    "entry that builds the IntervalRequest the internal step takes",
 }
 
 pytest.importorskip("importlinter", reason="import-linter is in the test extra")

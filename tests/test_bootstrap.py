@@ -503,3 +503,18 @@ def test_threads_do_not_change_the_intervals(monkeypatch):
     monkeypatch.setenv("SELBENCH_BOOTSTRAP_THREADS", "x")
     with pytest.raises(ValueError, match="SELBENCH_BOOTSTRAP_THREADS"):
         BS.bootstrap_threads()
+
+
+def test_selective_intervals_takes_a_request_or_its_fields_as_options():
+    from selbench.measure.bootstrap import IntervalRequest
+
+    rng = np.random.default_rng(3)
+    sc, conf = rng.random(60), rng.uniform(0.5, 1, 60)
+    corr = (rng.random(60) < conf).astype(float)
+    by_options = selective_intervals(sc, conf, corr, [0.5, 1.0], n_resamples=20, seed=4)
+    request = IntervalRequest([0.5, 1.0], n_resamples=20, seed=4)
+    assert selective_intervals(sc, conf, corr, request) == by_options
+    with pytest.raises(TypeError, match="unknown option.*n_resample"):
+        selective_intervals(sc, conf, corr, [0.5, 1.0], n_resample=20)
+    with pytest.raises(TypeError, match="not both"):
+        selective_intervals(sc, conf, corr, request, seed=1)

@@ -410,12 +410,14 @@ def _check_callables(mapping: Any, what: str) -> dict[str, Callable[..., Any]]:
 
 
 def selective_intervals(
-    scores: Any, confidence: Any, correct: Any, betas: Any, *, n_resamples: int = 200,
-    level: float = 0.95, seed: int = 0, delta: float | None = None, selects: bool = True,
-    extra: Mapping[str, Callable[[np.ndarray, np.ndarray], float]] | None = None,
-    ranking: Mapping[str, Callable[[np.ndarray, np.ndarray], float]] | None = None,
+    scores: Any, confidence: Any, correct: Any, betas: Any, **options: Any,
 ) -> dict[str, dict[str, Any]]:
     """Percentile bootstrap intervals of every metric of one leaderboard cell.
+
+    What is asked is an :class:`IntervalRequest`: pass one as ``betas`` (and no options),
+    or the coverage levels and the request's other fields as keyword options
+    (``n_resamples``, ``level``, ``seed``, ``delta``, ``selects``, ``extra``, ``ranking``;
+    an unknown option is a ``TypeError`` naming it).
 
     One resample draws ``n`` of the ``n`` evaluation examples with replacement (score,
     confidence and correctness together; ``scipy.stats.bootstrap`` with
@@ -437,7 +439,7 @@ def selective_intervals(
         scores: selector scores ``[n]``, finite (higher = accepted first).
         confidence: recalibrated top-label confidence ``[n]`` in [0, 1].
         correct: 0/1 correctness ``[n]``.
-        betas: coverage levels in (0, 1].
+        betas: coverage levels in (0, 1], or the whole IntervalRequest.
         n_resamples: number of resamples, >= 1.
         level: confidence level in (0, 1).
         seed: the cell's seed: seeds both the draws (``[seed, 0xB007]``) and the tie-break.
@@ -465,9 +467,25 @@ def selective_intervals(
         itself and ``low == high`` (scipy needs 2 examples; this is its point-mass limit).
         A metric that is NaN on some resample has a NaN interval and a ``RuntimeWarning``.
     """
-    request = IntervalRequest(betas, n_resamples=n_resamples, level=level, seed=seed,
-                              delta=delta, selects=selects, extra=extra, ranking=ranking)
-    return _selective_intervals(scores, confidence, correct, request)[0]
+    return _selective_intervals(scores, confidence, correct, _request_of(betas, options))[0]
+
+
+def _request_of(betas: Any, options: dict[str, Any]) -> IntervalRequest:
+    """The :class:`IntervalRequest` of :func:`selective_intervals`' arguments."""
+    if isinstance(betas, IntervalRequest):
+        if options:
+            raise TypeError("selective_intervals: pass an IntervalRequest or keyword "
+                            f"options, not both (got {', '.join(sorted(options))})")
+        return betas
+    unknown = sorted(set(options) - _REQUEST_OPTIONS)
+    if unknown:
+        raise TypeError(f"selective_intervals: unknown option(s) {', '.join(unknown)}; "
+                        f"expected {', '.join(sorted(_REQUEST_OPTIONS))}")
+    return IntervalRequest(betas, **options)
+
+
+#: the keyword options of :func:`selective_intervals`: the request's fields but ``betas``
+_REQUEST_OPTIONS = frozenset(f.name for f in dataclasses.fields(IntervalRequest)) - {"betas"}
 
 
 def _checked(request: IntervalRequest) -> IntervalRequest:
