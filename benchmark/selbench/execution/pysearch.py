@@ -33,7 +33,7 @@ from sklearn.utils.validation import check_is_fitted
 from selbench.contract.registry import get_registry
 from selbench.execution import tuning as _tuning_module
 from selbench.execution.codeid import code_digest
-from selbench.execution.tuning import study_name, tune_cell, with_params
+from selbench.execution.tuning import TuningRequest, study_name, tune_cell, with_params
 from selbench.library.estimator import ParamsError, SelectiveRecalibrator
 from selbench.measure.metrics import DEFAULT_BETAS
 from selbench.spec.model import MethodSpec, TuningSpec, content_hash
@@ -190,10 +190,10 @@ class TuneSearch(BaseEstimator):
                 total=tuning.trials, desc="tuning", unit="trial",
                 disable=not self.progress) as bar:
             journal = Path(self.journal) if self.journal is not None else Path(tmp) / "journal"
-            record = tune_cell(params=params, space=space, tuning=tuning, fitting=fitting,
-                               make=make, seed=int(est.seed), method_key=method_key,
-                               beta=float(est.beta), betas=betas, journal=journal,
-                               study=study_name(components), run=_counting(bar))
+            record = tune_cell(TuningRequest(
+                params=params, space=space, tuning=tuning, fitting=fitting, make=make,
+                seed=int(est.seed), method_key=method_key, beta=float(est.beta), betas=betas,
+                journal=journal, study=study_name(components), run=_counting(bar)))
         self._adopt(record, make(record["chosen"]), logits, labels, features, classes)
         return self
 

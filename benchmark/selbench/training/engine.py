@@ -651,9 +651,10 @@ def restack_state(state: TrainingState, parts: Sequence[tuple[torch.nn.Module, l
         for k, tensors in enumerate((state.exp_avg, state.exp_avg_sq)):
             for p, t in zip(own, tensors[at: at + len(own)]):
                 p.copy_(t)
-            copies = [copy.deepcopy(replicas[r]) for r in keep]
+            copies = [copy.deepcopy(m) for m in replicas]
             stack.write_back(copies)
-            moments[k] += [p.detach().clone() for p in make(copies).parameters()]
+            moments[k] += [p.detach().clone()
+                           for p in make([copies[r] for r in keep]).parameters()]
         for p, v in zip(own, saved):
             p.copy_(v)
         at += len(own)
