@@ -162,8 +162,10 @@ def test_a_trial_is_scored_as_evaluate_scores_it(objective):
     data = outputs()
     est = SelectiveRecalibrator(**PARAMS, beta=0.7, seed=0, device="cpu").fit(data)
     held = outputs(n=120, seed=4)
-    obj = tuning_mod._Objective(lambda c: est, SPACE, [(data, held)], objective, [0.7], False,
-                                lambda stage, fn: fn())
+    request = TuningRequest(params=PARAMS, space=SPACE,
+                            tuning=TuningSpec(trials=1, objective=objective), fitting=data,
+                            make=lambda c: est, seed=0, method_key="m", beta=0.7)
+    obj = tuning_mod._Objective(request, [(data, held)])
     assert obj.score(est, held) == est.evaluate(held, betas=[0.7])[objective][0]
 
 

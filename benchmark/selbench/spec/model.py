@@ -126,8 +126,9 @@ class PrunerSpec(_Model):
         description="Optuna's SuccessiveHalvingPruner")
     min_epochs: int = Field(ge=1, le=1_000_000, description="epochs of the first rung "
                                                             "(Optuna's min_resource)")
-    reduction_factor: int = Field(3, ge=2, le=100, description="1 in reduction_factor trials "
-                                                               "is promoted at each rung")
+    reduction_factor: int = Field(4, ge=2, le=100, description="1 in reduction_factor trials "
+                                                               "goes on at each rung (Optuna's "
+                                                               "default, 4)")
     min_early_stopping_rate: int = Field(0, ge=0, le=20, description="rungs skipped before "
                                                                     "the first")
 
