@@ -170,3 +170,34 @@ def test_a_bad_pruner_is_one_line_and_exit_2(write_spec, capsys):
                                                       "min_epochs": 5}})
     assert main(["validate", str(write_spec(spec))]) == 2
     assert "pruner needs one held-out part (folds: 1)" in capsys.readouterr().err
+
+
+def test_a_pruned_spec_runs_the_same_inline_and_on_a_pool(tmp_path):
+    """A spec's pruned study (``tuning.pruner``) through the runner: its record says so,
+    and the local pool's workers compute the inline run's trials and leaderboard."""
+    from conftest import tiny_spec
+    from selbench.execution.runner import run
+    from test_tuning import _records, _tuning
+
+    trained = {"label": "Trained", "scheme": {"name": "sequential",
+                                              "params": {"epochs": 4, "batch_size": 50}},
+               "selector": {"name": "mlp", "params": {"hidden": [8]}},
+               "recalibrator": {"name": "temperature"},
+               "loss": {"name": "s-tlbce"}, "coverage": {"name": "quadratic"},
+               "search": {"scheme.lr": {"log_uniform": [1e-4, 1e-1]},
+                          "scheme.epochs": {"choice": [2, 6]}}}
+    spec = tiny_spec(name="pruned", seeds=(0, 1), methods=[trained], bootstrap={"resamples": 0},
+                     tuning={"trials": 6, "objective": "ece1", "sampler": "random",
+                             "pruner": {"name": "successive-halving", "min_epochs": 1,
+                                        "reduction_factor": 2}})
+    run(spec, out_dir=tmp_path / "inline", progress=False, plots=False, device="cpu")
+    run(spec, out_dir=tmp_path / "local", progress=False, plots=False, device="cpu",
+        executor="local", workers=2)
+    assert _tuning(tmp_path / "inline") == _tuning(tmp_path / "local")
+    for name in ("leaderboard.csv", "leaderboard.md"):
+        assert ((tmp_path / "local" / name).read_text()
+                == (tmp_path / "inline" / name).read_text())
+    rec = _records(tmp_path / "inline")[("Trained", 0)]["tuning"]
+    assert rec["pruner"] == {"name": "successive-halving", "min_epochs": 1,
+                             "reduction_factor": 2, "min_early_stopping_rate": 0}
+    assert rec["pruned"] == sum(h["value"] is None for h in rec["history"]) > 0

@@ -69,6 +69,7 @@ import torch
 from selbench.training.graphs import GraphedSteps, cuda_graphs_enabled
 from selbench.training.hyper import ReplicaAdam, noise_scale, per_replica, replica_optimizer
 from selbench.training.torchutils import (
+    batched_adam,
     batched_threads,
     cpu_threads,
     epoch_permutations,
@@ -550,10 +551,21 @@ def _optimizer(job: TrainingJob, params: list[torch.Tensor], resume: TrainingSta
     if isinstance(epochs, tuple):
         raise ValueError("resume: the replicas continue for one number of epochs")
     rates = per_replica(hyper.lr, r_count, "lr", float)
-    optimizer = ReplicaAdam(params, rates if isinstance(rates, tuple) else (rates,) * r_count,
-                            hyper.weight_decay, hyper.owners)
+    if not isinstance(rates, tuple):  # one rate: the fused Adam, continued
+        optimizer = batched_adam(params, rates, hyper.weight_decay)
+        for p, m, v in zip(params, resume.exp_avg, resume.exp_avg_sq):
+            optimizer.state[p] = {
+                "step": torch.tensor(float(resume.steps), dtype=torch.float32,
+                                     device=p.device if _fused(optimizer) else "cpu"),
+                "exp_avg": m.clone(), "exp_avg_sq": v.clone()}
+        return optimizer, epochs, None
+    optimizer = ReplicaAdam(params, rates, hyper.weight_decay, hyper.owners)
     optimizer.load_moments(resume.steps, resume.exp_avg, resume.exp_avg_sq)
     return optimizer, epochs, None
+
+
+def _fused(optimizer: torch.optim.Optimizer) -> bool:
+    return all(group.get("fused") for group in optimizer.param_groups)
 
 
 def _state(optimizer: torch.optim.Optimizer, params: list[torch.Tensor], epoch: int,

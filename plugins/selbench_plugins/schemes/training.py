@@ -316,15 +316,17 @@ def _next_stop(alive: list[_Replica], rungs: set[int], at: int) -> int:
     return min([e for e in rungs if at < e < max(epochs)] + epochs)
 
 
-def _restacked(name: str, part: _Part, reps: list[_Replica], train_h: bool,
+def _restacked(name: str, part: _Part, survivors: list[_Replica], train_h: bool,
                state: TrainingState) -> tuple[_Part, TrainingState]:
-    """``part`` without the replicas that are not in ``reps`` (written back), and the
+    """``part`` without the replicas that are not ``survivors`` (written back), a new spare
+    last (a twin of the last survivor as it stands, its Adam moments too), and the
     training's state laid out for the new stack
     (:func:`~selbench.training.engine.restack_state`)."""
-    device = reps[0].job.context.torch_device()
-    new = _build_part(name, reps, train_h, segment=1)
-    ids = {id(r) for r in reps}
-    keep = [i for i, r in enumerate(part.reps) if id(r) in ids]
+    device = survivors[0].job.context.torch_device()
+    spare = _twin(survivors[-1], int(part.reps[-1].job.context.seed))
+    new = _build_part(name, [*survivors, spare], train_h, segment=1)
+    where = {id(r): i for i, r in enumerate(part.reps)}
+    keep = [where[id(r)] for r in survivors] + [where[id(survivors[-1])]]
     parts = [(part.g_stack, [r.g_module for r in part.reps],
               lambda mods: stack_selectors(mods).to(device))]
     if part.h_stack is not None:
@@ -340,10 +342,14 @@ def _train_judged(name: str, reps: list[_Replica], judge: Any, train_h: bool) ->
     costs nothing after it. The Adam moments and generators carry on
     (:class:`~selbench.training.engine.TrainingState`): a replica that trains to its end
     reads the batches and noise, and takes the Adam steps, of its uninterrupted training
-    (to float rounding: a resumed stretch runs the per-replica Adam). One spare (a twin of
-    the last replica, discarded) trains last throughout (issue 34)."""
-    spare = _spares(reps)[-1]
+    (to float rounding: a resumed stretch runs another Adam kernel). One spare (a twin of
+    the last replica, discarded) trains last throughout (issue 34), renewed as a twin of
+    the last survivor at each restack: with one survivor left every replica then has one
+    learning rate, and the engine's fused Adam (and CUDA graphs) runs the rest."""
     alive = [r for r in reps if int(r.params.epochs) > 0]
+    if not alive:
+        return
+    spare = _twin(alive[-1], max(int(r.job.context.seed) for r in reps) + 1)
     rungs = {int(e) for e in judge.rungs}
     state: TrainingState | None = None
     part: _Part | None = None
@@ -362,7 +368,7 @@ def _train_judged(name: str, reps: list[_Replica], judge: Any, train_h: bool) ->
         dropped = {id(r) for r, k in zip(judged, keep) if not k}
         survivors = [r for r in alive if id(r) not in dropped and int(r.params.epochs) > stop]
         if survivors and len(survivors) < len(alive):
-            part, state = _restacked(name, part, [*survivors, spare], train_h, state)
+            part, state = _restacked(name, part, survivors, train_h, state)
         alive, at = survivors, stop
     for r in reps:
         for m in (r.g_module, r.h_module):
@@ -382,9 +388,13 @@ def _spares(reps: list[_Replica]) -> list[_Replica]:
     (``train_beta: per_beta``, lanes) it is not yet (``tests/test_cell_independence.py``)."""
     last = int(reps[-1].job.context.seed)
     spare_seed = max(int(r.job.context.seed) for r in reps) + 1
-    return [replace(r, job=replace(r.job, context=replace(r.job.context, seed=spare_seed)),
-                    g_module=copy.deepcopy(r.g_module), h_module=copy.deepcopy(r.h_module))
-            for r in reps if int(r.job.context.seed) == last]
+    return [_twin(r, spare_seed) for r in reps if int(r.job.context.seed) == last]
+
+
+def _twin(rep: _Replica, seed: int) -> _Replica:
+    """A copy of ``rep`` (its modules as they stand) that reads its data with ``seed``."""
+    return replace(rep, job=replace(rep.job, context=replace(rep.job.context, seed=seed)),
+                   g_module=copy.deepcopy(rep.g_module), h_module=copy.deepcopy(rep.h_module))
 
 
 def _owners(reps: list[_Replica], g_stack: torch.nn.Module,
