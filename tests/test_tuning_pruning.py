@@ -27,6 +27,8 @@ PARAMS = {
 }
 SPACE = {"scheme.lr": Tune.log_uniform(1e-4, 1e-1), "scheme.epochs": Tune.choice(3, 6, 12),
          "scheme.noise_std": Tune.uniform(0.0, 0.5), "coverage.lam": Tune.log_uniform(1, 64)}
+SPACE_SPEC = {"scheme.lr": {"log_uniform": [1e-4, 1e-1]}, "scheme.epochs": {"choice": [3, 6, 12]},
+              "scheme.noise_std": {"uniform": [0.0, 0.5]}, "coverage.lam": {"log_uniform": [1, 64]}}
 PRUNER = PrunerSpec(name="successive-halving", min_epochs=1, reduction_factor=3)
 TOL = 1e-5  # a replica continued after restacking: the per-replica Adam, float rounding
 
@@ -201,3 +203,21 @@ def test_a_pruned_spec_runs_the_same_inline_and_on_a_pool(tmp_path):
     assert rec["pruner"] == {"name": "successive-halving", "min_epochs": 1,
                              "reduction_factor": 2, "min_early_stopping_rate": 0}
     assert rec["pruned"] == sum(h["value"] is None for h in rec["history"]) > 0
+    md = (tmp_path / "inline" / "leaderboard.md").read_text()
+    assert ("the losing trials stopped early by successive halving (Optuna's pruner: judged "
+            "at epoch 1, then at 2× as many epochs each time, 1 in 2 going on)") in md
+
+
+def test_the_python_search_takes_a_pruner():
+    import selbench
+
+    data = outputs()
+    search = selbench.tune(make({}), data.logits, data.labels, data.features, trials=6,
+                           sampler="random", search=dict(SPACE_SPEC), progress=False,
+                           pruner={"name": "successive-halving", "min_epochs": 1,
+                                   "reduction_factor": 3})
+    values = search.cv_results_["value"]
+    pruned = np.isnan(values)
+    assert search.tuning_["pruned"] == int(pruned.sum()) > 0
+    assert (search.cv_results_["rank"][pruned] == len(values) - pruned.sum() + 1).all()
+    assert search.best_score_ == np.nanmin(values)
