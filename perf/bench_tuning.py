@@ -17,6 +17,15 @@ coverage λ):
 It prints each path's ratio tuning / untuned fit against the target (≤ 5× on a CPU, ≤ 1.5×
 on a GPU), and checks that the trials that do not depend on the batches (random search,
 and TPE's random start) have the previous procedure's parameters.
+
+Multi-fidelity tuning (issue 37): the same trials with ``tuning.pruner`` (Optuna's
+successive-halving pruner, ``--min-epochs`` and ``--reduction-factor``; the losing replicas
+dropped from the batch's model) are timed in the same run, their ratio printed beside the
+unpruned one. ``--quality`` instead runs the pruned and the unpruned study of every trained
+method on ``--seeds`` seeds and prints the chosen configurations' held-out ECE₁ (the study's
+best value) and evaluation ECE₁ (the chosen configuration refitted on the cell's fitting
+rows, at the training β on the evaluation split), and the paired difference pruned −
+unpruned with its standard error and a 95% t interval.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from common import best_of, machine, resolve_device, rule, target
 
@@ -43,17 +53,12 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
-def measure(method: str, trials: int, seed: int, sampler: str, device: str, repeats: int,
-            cache: str, threads: int = 0) -> dict:
-    """One untuned fit and one tuning of ``method`` with the selbench on ``sys.path``
-    (wall and process CPU seconds; ``threads``: torch's, 0 for its default)."""
-    import torch
-
-    if threads:
-        torch.set_num_threads(threads)
+def cell(method: str, seed: int, device: str, cache: str) -> dict:
+    """The digits cell of ``method`` and ``seed``: its fitting and evaluation rows, method
+    parameters, search space, tuning block and ``make(chosen)``."""
     from selbench.execution.extraction import experiment_outputs
     from selbench.execution.keys import identify, method_params, output_keys
-    from selbench.execution.tuning import tune_cell, with_params
+    from selbench.execution.tuning import with_params
     from selbench.library.estimator import SelectiveRecalibrator
     from selbench.measure.evaluate import fit_indices
     from selbench.spec import load_spec
@@ -76,22 +81,72 @@ def measure(method: str, trials: int, seed: int, sampler: str, device: str, repe
         return SelectiveRecalibrator(**with_params(params, chosen), beta=beta, seed=seed,
                                      device=device)
 
+    return {"make": make, "fitting": fitting, "evaluation": outputs[exp.eval_split],
+            "params": params, "space": method_space(resolved.registry, spec_method),
+            "tuning": exp.tuning, "beta": beta}
+
+
+def tune(c: dict, method: str, seed: int, trials: int, sampler: str, pruner: Any) -> dict:
+    """``tune_cell`` of the cell ``c`` (a new journal; ``pruner``: a PrunerSpec or None)."""
+    from selbench.execution.tuning import TuningRequest, tune_cell
+
+    tuning = c["tuning"].model_copy(update={"trials": trials, "sampler": sampler,
+                                            "pruner": pruner})
+    with tempfile.TemporaryDirectory() as tmp:
+        return tune_cell(TuningRequest(
+            params=c["params"], space=c["space"], tuning=tuning, fitting=c["fitting"],
+            make=c["make"], seed=seed, method_key=method, beta=c["beta"],
+            journal=Path(tmp) / "seed.journal", study="bench"))
+
+
+def pruner_of(args: argparse.Namespace) -> Any:
+    from selbench.spec.model import PrunerSpec
+
+    return PrunerSpec(name="successive-halving", min_epochs=args.min_epochs,
+                      reduction_factor=args.reduction_factor)
+
+
+def measure(method: str, trials: int, seed: int, sampler: str, device: str, repeats: int,
+            cache: str, threads: int = 0, pruner: Any = None) -> dict:
+    """One untuned fit and one tuning of ``method`` with the selbench on ``sys.path``
+    (wall and process CPU seconds; ``threads``: torch's, 0 for its default), and with
+    ``pruner`` the pruned tuning too (``pruned_s``, ``pruned_cpu``, ``pruned_history``)."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    c = cell(method, seed, device, cache)
+    make, fitting = c["make"], c["fitting"]
     make({}).fit(fitting)  # warm-up (first-call costs)
     c0 = time.process_time()
     untuned, _ = best_of(lambda: make({}).fit(fitting), repeats)
     untuned_cpu = (time.process_time() - c0) / repeats
-    tuning = exp.tuning.model_copy(update={"trials": trials, "sampler": sampler})
-    with tempfile.TemporaryDirectory() as tmp:
-        load_before = load()
+    load_before = load()
+    t0, c0 = time.perf_counter(), time.process_time()
+    if "pruner" in type(c["tuning"]).model_fields:
+        info = tune(c, method, seed, trials, sampler, None)
+    else:  # an older checkout (--old): no pruner, the keyword call of its tune_cell
+        info = _old_tune(c, method, seed, trials, sampler)
+    tune_s, tune_cpu = time.perf_counter() - t0, time.process_time() - c0
+    out = {"untuned_s": untuned, "tune_s": tune_s, "untuned_cpu": untuned_cpu,
+           "tune_cpu": tune_cpu, "history": info["history"], "threads": torch.get_num_threads()}
+    if pruner is not None:
         t0, c0 = time.perf_counter(), time.process_time()
-        info = tune_cell(params=params, space=method_space(resolved.registry, spec_method),
-                         tuning=tuning, fitting=fitting, make=make, seed=seed,
-                         method_key=method, beta=beta, journal=Path(tmp) / "seed.journal",
-                         study="bench")
-        tune, tune_cpu = time.perf_counter() - t0, time.process_time() - c0
-    return {"untuned_s": untuned, "tune_s": tune, "untuned_cpu": untuned_cpu,
-            "tune_cpu": tune_cpu, "history": info["history"],
-            "load": [load_before, load()], "threads": torch.get_num_threads()}
+        pruned = tune(c, method, seed, trials, sampler, pruner)
+        out.update(pruned_s=time.perf_counter() - t0, pruned_cpu=time.process_time() - c0,
+                   pruned_history=pruned["history"])
+    out["load"] = [load_before, load()]
+    return out
+
+
+def _old_tune(c: dict, method: str, seed: int, trials: int, sampler: str) -> dict:
+    from selbench.execution.tuning import tune_cell
+
+    tuning = c["tuning"].model_copy(update={"trials": trials, "sampler": sampler})
+    with tempfile.TemporaryDirectory() as tmp:
+        return tune_cell(params=c["params"], space=c["space"], tuning=tuning,
+                         fitting=c["fitting"], make=c["make"], seed=seed, method_key=method,
+                         beta=c["beta"], journal=Path(tmp) / "seed.journal", study="bench")
 
 
 def old_path(args: argparse.Namespace) -> dict | None:
@@ -151,6 +206,13 @@ def main(argv: list[str] | None = None) -> list[str]:
                          "processes on a shared machine")
     ap.add_argument("--batch", type=int, help="TPE trials fitted together after its random "
                     "start (default: selbench.execution.tuning.BATCH)")
+    ap.add_argument("--min-epochs", type=int, default=25,
+                    help="the pruner's first rung, in epochs (Optuna's min_resource)")
+    ap.add_argument("--reduction-factor", type=int, default=4, help="the pruner's reduction "
+                    "factor: 1 in this many trials promoted at each rung")
+    ap.add_argument("--quality", action="store_true", help="the chosen configurations' "
+                    "held-out and evaluation ECE1, pruned against unpruned, on --seeds seeds")
+    ap.add_argument("--seeds", type=int, default=5, help="seeds of --quality (0, 1, ...)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.device = str(resolve_device(args.device))
@@ -164,10 +226,62 @@ def main(argv: list[str] | None = None) -> list[str]:
         return []
     methods = (["S-TLBCE seq.", "S-TLBCE joint", "S-MMCE seq.", "S-MMCE joint"] if args.full
                else [args.method])
+    if args.quality:
+        return quality(args, methods)
     lines: list[str] = []
     for method in methods:
         args.method = method
         lines += run_one(args)
+    print("\n".join(lines))
+    return lines
+
+
+def paired(diffs: list[float]) -> str:
+    """Mean ± standard error of paired differences, and their 95% t interval."""
+    import numpy as np
+    from scipy import stats
+
+    d = np.asarray(diffs, dtype=float)
+    se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
+    half = float(stats.t.ppf(0.975, len(d) - 1) * se) if len(d) > 1 else float("nan")
+    return (f"{d.mean():+.4f} ± {se:.4f} (SE), 95% interval [{d.mean() - half:+.4f}, "
+            f"{d.mean() + half:+.4f}]")
+
+
+def quality(args: argparse.Namespace, methods: list[str]) -> list[str]:
+    """The pruned and the unpruned study of each method on ``--seeds`` seeds: the chosen
+    configurations' held-out ECE₁ (the study's best value) and evaluation ECE₁ (refitted on
+    the cell's fitting rows, ECE₁ at the training β on the whole evaluation split)."""
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    pruner, lines = pruner_of(args), []
+    rule(f"quality: {args.trials} trials ({args.sampler}), pruned (successive halving, "
+         f"min_epochs {args.min_epochs}, reduction factor {args.reduction_factor}) vs "
+         f"unpruned, seeds 0-{args.seeds - 1}")
+    print(machine(args.device))
+    for method in methods:
+        rows = {"held": ([], []), "eval": ([], [])}
+        for seed in range(args.seeds):
+            c = cell(method, seed, args.device, args.cache)
+            for k, p in enumerate((pruner, None)):
+                info = tune(c, method, seed, args.trials, args.sampler, p)
+                est = c["make"](info["chosen"]).fit(c["fitting"])
+                ece = est.evaluate(c["evaluation"], betas=[c["beta"]])["ece1"][0]
+                rows["held"][k].append(info["best_value"])
+                rows["eval"][k].append(float(ece))
+            print(f"{method:14s} seed {seed}: held-out ECE1 pruned {rows['held'][0][-1]:.4f} "
+                  f"unpruned {rows['held'][1][-1]:.4f}; evaluation ECE1 pruned "
+                  f"{rows['eval'][0][-1]:.4f} unpruned {rows['eval'][1][-1]:.4f}; load "
+                  f"{load():.1f}")
+        for what, (pr, un) in rows.items():
+            name = "held-out" if what == "held" else "evaluation"
+            line = (f"{method}: {name} ECE1 pruned {sum(pr) / len(pr):.4f}, unpruned "
+                    f"{sum(un) / len(un):.4f}; pruned - unpruned "
+                    + paired([a - b for a, b in zip(pr, un)]))
+            print(line)
+            lines.append(line)
     return lines
 
 
@@ -179,14 +293,19 @@ def run_one(args: argparse.Namespace) -> list[str]:
     print(f"{EXPERIMENT} of specs/tuned.yaml, seed {args.seed}: untuned fit on 500 rows; "
           f"trials fitted on 350, scored on 150; batches {batches_of(args.trials, args.sampler)}")
     new = measure(args.method, args.trials, args.seed, args.sampler, args.device,
-                  args.repeats, args.cache, args.threads)
+                  args.repeats, args.cache, args.threads, pruner_of(args))
     old = old_path(args)
-    rows = [("selbench (batched trials)", new)] + ([("previous (one trial at a time)", old)]
-                                                    if old else [])
-    print(f"{'':32s} {'untuned s':>10s} {'tuning s':>9s} {'ratio':>7s}   {'CPU s: untuned':>15s}"
+    pruned = {**new, "tune_s": new["pruned_s"], "tune_cpu": new["pruned_cpu"],
+              "history": new["pruned_history"]}
+    rows = [("selbench, pruned (successive halving)", pruned),
+            ("selbench (batched trials, unpruned)", new)] + (
+        [("previous (one trial at a time)", old)] if old else [])
+    print(f"pruner: min_epochs {args.min_epochs}, reduction factor {args.reduction_factor}; "
+          f"{sum(h['value'] is None for h in pruned['history'])} of {args.trials} trials pruned")
+    print(f"{'':38s} {'untuned s':>10s} {'tuning s':>9s} {'ratio':>7s}   {'CPU s: untuned':>15s}"
           f" {'tuning':>7s} {'ratio':>6s}  load (1 min)")
     for name, r in rows:
-        print(f"{name:32s} {r['untuned_s']:10.3f} {r['tune_s']:9.2f} "
+        print(f"{name:38s} {r['untuned_s']:10.3f} {r['tune_s']:9.2f} "
               f"{r['tune_s'] / r['untuned_s']:6.1f}x   {r['untuned_cpu']:15.3f} "
               f"{r['tune_cpu']:7.2f} {r['tune_cpu'] / r['untuned_cpu']:5.1f}x  "
               f"{r['load'][0]:.1f} -> {r['load'][1]:.1f}")
@@ -194,12 +313,14 @@ def run_one(args: argparse.Namespace) -> list[str]:
         print(f"speed-up of the tuning: {old['tune_s'] / new['tune_s']:.1f}x; "
               + compare(new, old, args.sampler))
     best = min(h["value"] for h in new["history"])
-    print(f"best held-out objective: selbench {best:.4f}"
+    best_p = min(h["value"] for h in pruned["history"] if h["value"] is not None)
+    print(f"best held-out objective: pruned {best_p:.4f}, unpruned {best:.4f}"
           + (f", previous {min(h['value'] for h in old['history']):.4f}" if old else ""))
     kind = "cuda" if args.device.startswith("cuda") else "cpu"
-    ratio = new["tune_s"] / new["untuned_s"]
+    ratio = pruned["tune_s"] / new["untuned_s"]
     return [target(f"tuning {args.method} on {kind.upper()}", ratio <= TARGET[kind],
-                   f"{args.trials} trials {ratio:.1f}x one untuned fit (target <= "
+                   f"{args.trials} trials {ratio:.1f}x one untuned fit pruned, "
+                   f"{new['tune_s'] / new['untuned_s']:.1f}x unpruned (target <= "
                    f"{TARGET[kind]:g}x)")]
 
 

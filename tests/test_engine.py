@@ -223,9 +223,9 @@ def test_third_party_trainable_modules_are_batched_through_torch_func(monkeypatc
     stacks = []
     real = engine.train_replicas
 
-    def recording(**kw):
-        stacks.append([type(m) for m in kw["modules"]])
-        return real(**kw)
+    def recording(job, resume=None):
+        stacks.append([type(m) for m in job.modules])
+        return real(job, resume)
 
     monkeypatch.setattr(engine, "train_replicas", recording)
     monkeypatch.setattr("selbench_plugins.schemes.training.train_replicas", recording)
@@ -654,9 +654,9 @@ def test_replicas_with_their_own_lr_epochs_noise_and_lambda_match_solo_fits(sche
     calls = []
     real = engine.train_replicas
 
-    def recording(**kw):
-        calls.append(kw["epochs"])
-        return real(**kw)
+    def recording(job, resume=None):
+        calls.append(job.hyper.epochs)
+        return real(job, resume)
 
     monkeypatch.setattr("selbench_plugins.schemes.training.train_replicas", recording)
     together = hyper_pairs(scheme)

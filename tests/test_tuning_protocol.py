@@ -13,7 +13,7 @@ from selbench import ModelOutputs, SelectiveRecalibrator
 from selbench.cli import main
 from selbench.execution import tuning as tuning_mod
 from selbench.execution.runner import run
-from selbench.execution.tuning import fold_splits, tune_cell, with_params
+from selbench.execution.tuning import TuningRequest, fold_splits, tune_cell, with_params
 from selbench.measure.metrics import auc
 from selbench.spec import SpecError, load_spec
 from selbench.spec.model import TuningSpec
@@ -64,9 +64,9 @@ def test_tuning_arrays_with_folds_scores_the_mean_held_out_objective(over):
     out = _outputs()
     betas = [0.5, 0.6, 0.8, 1.0]
     spec = TuningSpec(trials=4, objective="ece1", folds=3, over=over, sampler="random")
-    info = tune_cell(params=PARAMS, space={"recalibrator.n_bins": tuning_mod.Tune.int(5, 30)},
-                     tuning=spec, fitting=out, make=_make, seed=7, method_key="hb", beta=0.6,
-                     betas=betas)
+    info = tune_cell(TuningRequest(
+        params=PARAMS, space={"recalibrator.n_bins": tuning_mod.Tune.int(5, 30)}, tuning=spec,
+        fitting=out, make=_make, seed=7, method_key="hb", beta=0.6, betas=betas))
     assert info["folds"] == 3 and sum(info["n_heldout"]) == len(out) and "inner" not in info
     folds = fold_splits(out, 3, 7)
     for trial in info["history"]:

@@ -15,7 +15,7 @@ from selbench.contract.api import FitContext, FitJob, Scheme
 from selbench.contract.registry import get_registry
 from selbench.contract.search import Tune
 from selbench.execution import tuning as tuning_mod
-from selbench.execution.tuning import STARTUP, tune_cell, with_params
+from selbench.execution.tuning import STARTUP, TuningRequest, tune_cell, with_params
 from selbench.spec.model import TuningSpec
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -48,9 +48,9 @@ def tune(tmp_path, trials, sampler="random", name="j", make=None, **kw):
                                      device="cpu")
 
     block = TuningSpec(trials=trials, objective="ece1", sampler=sampler, inner=0.3)
-    return tune_cell(params=PARAMS, space=SPACE, tuning=block, fitting=outputs(),
-                     make=make or default_make, seed=0, method_key="m", beta=0.7,
-                     journal=tmp_path / f"{name}.journal", study="s", **kw)
+    return tune_cell(TuningRequest(
+        params=PARAMS, space=SPACE, tuning=block, fitting=outputs(), make=make or default_make,
+        seed=0, method_key="m", beta=0.7, journal=tmp_path / f"{name}.journal", study="s", **kw))
 
 
 def one_at_a_time(monkeypatch):
@@ -162,8 +162,10 @@ def test_a_trial_is_scored_as_evaluate_scores_it(objective):
     data = outputs()
     est = SelectiveRecalibrator(**PARAMS, beta=0.7, seed=0, device="cpu").fit(data)
     held = outputs(n=120, seed=4)
-    obj = tuning_mod._Objective(lambda c: est, SPACE, [(data, held)], objective, [0.7], False,
-                                lambda stage, fn: fn())
+    request = TuningRequest(params=PARAMS, space=SPACE,
+                            tuning=TuningSpec(trials=1, objective=objective), fitting=data,
+                            make=lambda c: est, seed=0, method_key="m", beta=0.7)
+    obj = tuning_mod._Objective(request, [(data, held)])
     assert obj.score(est, held) == est.evaluate(held, betas=[0.7])[objective][0]
 
 

@@ -88,6 +88,7 @@ any kind                  ``check_inputs()``: opens the declared input files   n
 :class:`Scheme`           ``recalibrator_must_be_differentiable``              ``False``
 :class:`Scheme`           ``fits_recalibrator``: False = uses h as given       ``True``
 :class:`Scheme`           ``loss_reads_recalibrator_log_probs``                ``False``
+:class:`Scheme`           ``judges_epochs``: honours ``FitContext.judge``      ``False``
 :class:`Selector`         ``trainable``: set by subclassing TrainableSelector  ``False``
 :class:`Selector`         ``selects``: False accepts everything                ``True``
 :class:`Recalibrator`     ``differentiable``: set by subclassing               ``False``
@@ -187,6 +188,8 @@ class FitContext:
             ``[start, stop)`` of the split to return (a distributed run extracts a large
             split in several jobs, one range each, and concatenates them); ``None``: the
             whole split.
+        judge: an :class:`~selbench.contract.judge.EpochJudge` that stops replicas at its
+            rungs (a pruned tuning study), for schemes declaring ``judges_epochs``.
     """
 
     seed: int = 0
@@ -196,6 +199,7 @@ class FitContext:
     cache_dir: Any = None
     extra: dict = field(default_factory=dict)
     rows: tuple[int, int] | None = None
+    judge: Any = None
 
     def generator(self, offset: int = 0) -> np.random.Generator:
         """A numpy generator seeded from ``seed`` (``offset`` decorrelates streams)."""
@@ -600,6 +604,10 @@ class Scheme(PluginBase, abc.ABC):
     #: from the recalibrator's module: the recalibrator must then be differentiable and not
     #: declare ``provides_log_probs = False``.
     loss_reads_recalibrator_log_probs: ClassVar[bool] = False
+
+    #: True when the scheme trains for epochs and honours ``FitContext.judge``
+    #: (:mod:`selbench.contract.judge`): replicas judged at its rungs, the others dropped.
+    judges_epochs: ClassVar[bool] = False
 
     @abc.abstractmethod
     def fit(

@@ -29,6 +29,7 @@ from selbench.execution.errors import RunError
 from selbench.execution.guard import blame_plugin, describe_plugin, failure, fit_guarded
 from selbench.execution.tuning import (
     TuningError,
+    TuningRequest,
     oracle_rows,
     study_name,
     tune_cell,
@@ -481,11 +482,11 @@ def tune_and_fit(resolved: ResolvedSpec, cell: Cell, outputs: dict[str, ModelOut
     _, _, scored = _cell_eval_rows(exp, cell, outputs, m.method)
     target = None if scored is None else outputs[exp.eval_split].subset(scored)
     t0 = time.perf_counter()
-    info = tune_cell(params=m.params, space=method_space(resolved.registry, m.method),
-                     tuning=exp.tuning, fitting=fitting, make=make, seed=cell.seed,
-                     method_key=cell.components["method"], beta=float(cell.train_beta),
-                     betas=exp.betas, journal=journal, study=study_name(cell.components),
-                     target=target, run=m.run)
+    info = tune_cell(TuningRequest(
+        params=m.params, space=method_space(resolved.registry, m.method), tuning=exp.tuning,
+        fitting=fitting, make=make, seed=cell.seed, method_key=cell.components["method"],
+        beta=float(cell.train_beta), betas=exp.betas, journal=journal,
+        study=study_name(cell.components), target=target, run=m.run))
     t1 = time.perf_counter()
     est = make(info["chosen"])
     m.run("fitting (the tuned parameters, on all fitting rows)", lambda: est.fit(fitting))

@@ -33,7 +33,7 @@ from sklearn.utils.validation import check_is_fitted
 from selbench.contract.registry import get_registry
 from selbench.execution import tuning as _tuning_module
 from selbench.execution.codeid import code_digest
-from selbench.execution.tuning import study_name, tune_cell, with_params
+from selbench.execution.tuning import TuningRequest, study_name, tune_cell, with_params
 from selbench.library.estimator import ParamsError, SelectiveRecalibrator
 from selbench.measure.metrics import DEFAULT_BETAS
 from selbench.spec.model import MethodSpec, TuningSpec, content_hash
@@ -103,6 +103,9 @@ class TuneSearch(BaseEstimator):
             data, method and settings continues it (more ``trials`` extend it). Default: a
             temporary file, removed after the fit.
         progress: one line per tenth of the trials on stderr (a bar on a terminal).
+        pruner: ``tuning.pruner`` (``{"name": "successive-halving", "min_epochs": ...,
+            "reduction_factor": ...}``): a trained method's losing trials stop early; a
+            pruned trial's ``value`` in ``cv_results_`` is NaN, ranked last.
 
     Attributes (after :meth:`fit`):
         best_params_: the chosen ``{"<field>.<param>": value}`` (a tuned cell's ``chosen``).
@@ -124,7 +127,7 @@ class TuneSearch(BaseEstimator):
                  inner: float = 0.3, sampler: str = "tpe",
                  search: Mapping[str, Any] | None = None, journal: str | Path | None = None,
                  progress: bool = True, folds: int = 1, over: str = "train_beta",
-                 betas: Any = None):
+                 betas: Any = None, pruner: Mapping[str, Any] | None = None):
         self.estimator = estimator
         self.trials = trials
         self.objective = objective
@@ -136,6 +139,7 @@ class TuneSearch(BaseEstimator):
         self.folds = folds
         self.over = over
         self.betas = betas
+        self.pruner = pruner
 
     def _base(self) -> SelectiveRecalibrator:
         est = SelectiveRecalibrator() if self.estimator is None else clone(self.estimator)
@@ -149,8 +153,9 @@ class TuneSearch(BaseEstimator):
 
         try:
             inner = {"inner": self.inner} if self.folds == 1 else {}
+            pruner = {"pruner": dict(self.pruner)} if self.pruner is not None else {}
             return TuningSpec(trials=self.trials, objective=self.objective, **inner,
-                              sampler=self.sampler, folds=self.folds, over=self.over)
+                              sampler=self.sampler, folds=self.folds, over=self.over, **pruner)
         except ValidationError as exc:
             raise ParamsError([f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
                                for e in exc.errors()]) from None
@@ -190,10 +195,10 @@ class TuneSearch(BaseEstimator):
                 total=tuning.trials, desc="tuning", unit="trial",
                 disable=not self.progress) as bar:
             journal = Path(self.journal) if self.journal is not None else Path(tmp) / "journal"
-            record = tune_cell(params=params, space=space, tuning=tuning, fitting=fitting,
-                               make=make, seed=int(est.seed), method_key=method_key,
-                               beta=float(est.beta), betas=betas, journal=journal,
-                               study=study_name(components), run=_counting(bar))
+            record = tune_cell(TuningRequest(
+                params=params, space=space, tuning=tuning, fitting=fitting, make=make,
+                seed=int(est.seed), method_key=method_key, beta=float(est.beta), betas=betas,
+                journal=journal, study=study_name(components), run=_counting(bar)))
         self._adopt(record, make(record["chosen"]), logits, labels, features, classes)
         return self
 
@@ -202,8 +207,9 @@ class TuneSearch(BaseEstimator):
         from scipy.stats import rankdata
 
         history = record["history"]
-        values = np.array([h["value"] for h in history], dtype=float)
+        values = np.array([h["value"] for h in history], dtype=float)  # pruned: NaN
         order = values if record["direction"] == "minimize" else -values
+        order = np.where(np.isnan(order), np.inf, order)  # pruned trials rank last
         ranks = rankdata(order, method="min").astype(int)  # 1 = best; ties share a rank
         self.cv_results_ = {"params": [h["params"] for h in history], "value": values,
                             "rank": ranks}

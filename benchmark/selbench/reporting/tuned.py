@@ -102,6 +102,16 @@ def _scored(summary: dict[str, Any], train_beta: Any) -> str:
         beta = "each β" if train_beta == "per_beta" else f"β = {float(train_beta):g}"
         what = f"{label} at {beta}"
     folds = summary.get("folds", 1)
+    pruner = summary.get("pruner")
+    if pruner:  # one held-out part (the spec refuses folds with a pruner)
+        held = round(100 * summary.get("inner", 0.3))
+        first = pruner["min_epochs"] * pruner["reduction_factor"] ** pruner.get(
+            "min_early_stopping_rate", 0)
+        return (f"each fitted on {100 - held} % of the fitting rows and scored by {what} on "
+                f"the other {held} %, the losing trials stopped early by successive halving "
+                f"(Optuna's pruner: judged at epoch {first}, then at "
+                f"{pruner['reduction_factor']}× as many epochs each time, 1 in "
+                f"{pruner['reduction_factor']} going on)")
     if folds > 1:
         return (f"each fitted on {folds - 1} of {folds} folds of the fitting rows (seeded, "
                 f"stratified by the backbone's correctness) and scored by {what} on the "

@@ -125,6 +125,22 @@ class MethodSpec(_Model):
                 yield kind, attr, comp
 
 
+class PrunerSpec(_Model):
+    """Multi-fidelity tuning (``tuning.pruner``): trials report the objective on the held-out
+    rows at rungs of ``min_epochs · reduction_factor^(min_early_stopping_rate + k)`` epochs,
+    and Optuna's successive-halving pruner (asynchronous, ASHA) stops the losing ones."""
+
+    name: Literal["successive-halving"] = Field(
+        description="Optuna's SuccessiveHalvingPruner")
+    min_epochs: int = Field(ge=1, le=1_000_000, description="epochs of the first rung "
+                                                            "(Optuna's min_resource)")
+    reduction_factor: int = Field(4, ge=2, le=100, description="1 in reduction_factor trials "
+                                                               "goes on at each rung (Optuna's "
+                                                               "default, 4)")
+    min_early_stopping_rate: int = Field(0, ge=0, le=20, description="rungs skipped before "
+                                                                    "the first")
+
+
 class TuningSpec(_Model):
     """Equal-budget tuning (:mod:`selbench.execution.tuning`): each method's cell gets ``trials``
     fits on an ``inner`` part of its fitting rows, scored by ``objective`` on the rest (or, with
@@ -148,6 +164,9 @@ class TuningSpec(_Model):
     oracle: bool = Field(
         False, description="tune every method on labelled rows of the evaluation split "
                            "(an oracle: rows marked '(oracle)'; see the methods' tuning)")
+    pruner: PrunerSpec | None = Field(
+        None, description="stop losing trials early (training schemes: their epochs are "
+                          "the resource); none: every trial trains to its end")
 
     @model_validator(mode="after")
     def _inner_or_folds(self) -> TuningSpec:
@@ -156,6 +175,11 @@ class TuningSpec(_Model):
                 "inner_and_folds", "inner and folds exclude each other: with folds: {k} each "
                 "trial is scored on every held-out fold in turn (1/{k} of the fitting rows); "
                 "drop inner, or set folds: 1", {"k": self.folds})
+        if self.folds >= 2 and self.pruner is not None:
+            raise PydanticCustomError(
+                "pruner_and_folds", "pruner needs one held-out part (folds: 1): a trial is "
+                "judged on its held-out score while it trains, and folds train one after "
+                "the other", {})
         return self
 
     def canonical(self) -> dict[str, Any]:
@@ -163,7 +187,8 @@ class TuningSpec(_Model):
         only where they differ from their defaults (a spec without them keeps its hash and
         its cells), ``inner`` only where it is used (one held-out part)."""
         data = self.model_dump(mode="json")
-        for key, default in (("over", "train_beta"), ("folds", 1), ("oracle", False)):
+        for key, default in (("over", "train_beta"), ("folds", 1), ("oracle", False),
+                             ("pruner", None)):
             if data[key] == default:
                 del data[key]
         if self.folds >= 2:

@@ -35,7 +35,7 @@ a method at once. Any ``torch.nn.Module`` can be a replica:
   its batch order and draws of its own epochs are those of its solo training. Equal values
   are the usual training (the fused Adam), unchanged.
 * On a GPU the step (gathers, forward, backward, Adam) is captured in a CUDA graph per
-  batch length and replayed (:class:`_GraphedSteps`): a step of a few small replicas is
+  batch length and replayed (:class:`GraphedSteps`): a step of a few small replicas is
   bound by the host launching its ~60 kernels, and one replay launches them all (measured
   5.5x on an H200 for 100 replicas of the paper's MLP, ``perf/README.md``).
 
@@ -58,18 +58,18 @@ bits), ``tests/test_cell_independence.py``.
 from __future__ import annotations
 
 import copy
-import os
-import warnings
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import torch
 
-from selbench.training.hyper import noise_scale, replica_optimizer
+from selbench.training.graphs import GraphedSteps, cuda_graphs_enabled
+from selbench.training.hyper import ReplicaAdam, noise_scale, per_replica, replica_optimizer
 from selbench.training.torchutils import (
+    batched_adam,
     batched_threads,
     cpu_threads,
     epoch_permutations,
@@ -80,7 +80,14 @@ __all__ = [
     "lane_order",
     "FuncRecalibratorStack",
     "FuncStack",
+    "ReplicaData",
+    "ReplicaHyper",
+    "Schedule",
     "Tables",
+    "TrainingJob",
+    "TrainingState",
+    "cuda_graphs_enabled",
+    "restack_state",
     "stack_recalibrators",
     "stack_selectors",
     "train_replicas",
@@ -353,11 +360,94 @@ def _lanes(source: Sequence[int], seeds: Sequence[int], distinct: list[int], n: 
     return _Lanes(lane, offsets, lane_first, lane_of_lane, offsets_lane)
 
 
-def _generators(distinct: list[int], device: torch.device,
-                noisy: bool) -> tuple[list[torch.Generator], list[torch.Generator]]:
+@dataclass(frozen=True)
+class ReplicaData:
+    """What R replicas read: ``tables`` (``{name: [U, n, ...]}``, :class:`Tables`), the
+    source row ``source[r]`` and seed ``seeds[r]`` of each replica, the tables that get
+    input noise (``noise``: ``(name, width)`` in drawing order) and those that come once per
+    lane (``lane_tables``)."""
+
+    tables: dict[str, torch.Tensor]
+    source: Sequence[int]
+    seeds: Sequence[int]
+    noise: Sequence[tuple[str | None, int]] = ()
+    lane_tables: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class ReplicaHyper:
+    """The replicas' training hyper-parameters: ``epochs``, ``lr`` and ``noise_std`` one
+    value or one per replica (:mod:`selbench.training.hyper`), ``owners`` the replica of
+    each stacked parameter element where they differ (None: the leading dimension)."""
+
+    epochs: int | Sequence[int]
+    lr: float | Sequence[float]
+    weight_decay: float = 0.0
+    noise_std: float | Sequence[float] = 0.0
+    owners: Sequence[torch.Tensor] | None = None
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How the steps run: mini-batches of ``batch_size`` on ``device``, under a progress
+    bar named ``desc`` (None: none)."""
+
+    batch_size: int
+    device: Any
+    desc: str | None = None
+
+
+@dataclass(frozen=True)
+class TrainingJob:
+    """One call of :func:`train_replicas`: the stacked ``modules`` (on the schedule's
+    device), ``step_loss(batch) -> [R]`` (the per-replica losses of a batch
+    ``{name: [R, B, ...]}``), the data the replicas read, the schedule and the per-replica
+    hyper-parameters. Made by the callers of the engine (the training schemes, the MLP
+    recalibrator), consumed by :func:`train_replicas`."""
+
+    modules: Sequence[torch.nn.Module]
+    step_loss: Callable[[dict[str, torch.Tensor]], torch.Tensor]
+    data: ReplicaData
+    schedule: Schedule
+    hyper: ReplicaHyper
+
+
+@dataclass(frozen=True)
+class TrainingState:
+    """Where a training stands after :func:`train_replicas` (what a later call continues
+    from, ``resume``): the epochs trained, the Adam steps taken, Adam's moments of each
+    stacked parameter (``exp_avg``, ``exp_avg_sq``, in the parameters' order) and the
+    generators of each distinct seed (batch order, input noise or None), advanced past
+    the epochs trained. A replica continued from it reads the batch orders and noise of
+    its next epochs exactly as an uninterrupted training does."""
+
+    epoch: int
+    steps: int
+    exp_avg: tuple[torch.Tensor, ...]
+    exp_avg_sq: tuple[torch.Tensor, ...]
+    generators: dict[int, tuple[torch.Generator, torch.Generator | None]]
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """The epoch loop's step: ``step`` (eager), ``draw_noise``, the CUDA ``graphs`` (or
+    None) and the ``on_epoch(e)`` hook (or None)."""
+
+    step: Callable[..., None]
+    draw_noise: Callable[[int], list[torch.Tensor | None]]
+    graphs: GraphedSteps | None
+    on_epoch: Callable[[int], None] | None
+
+
+def _generators(distinct: list[int], device: torch.device, noisy: bool,
+                resume: TrainingState | None
+                ) -> tuple[list[torch.Generator], list[torch.Generator]]:
     """The generators of the distinct seeds: the batch orders' (on the CPU, seeded by the
     seed) and the input noise's (on ``device``, seeded by the seed + 1; none when ``noisy``
-    is false)."""
+    is false), or those ``resume`` carries on."""
+    if resume is not None:
+        gens = [resume.generators[s] for s in distinct]
+        return [g for g, _ in gens], ([n for _, n in gens] if noisy else [])
     shuffles = [torch.Generator().manual_seed(s) for s in distinct]
     noise_gens = []
     if noisy:
@@ -376,24 +466,16 @@ def _epoch_progress(epochs: int, desc: str | None) -> Any:
     return epoch_iter
 
 
-def _step_functions(
-    *,
-    tables: dict[str, torch.Tensor],
-    lanes: _Lanes,
-    r_count: int,
-    lane_tables: Sequence[str],
-    noise: Sequence[tuple[str | None, int]],
-    noise_std: float | torch.Tensor,
-    noise_gens: list[torch.Generator],
-    step_loss: Callable[[dict[str, torch.Tensor]], torch.Tensor],
-    optimizer: Any,
-    device: torch.device,
-) -> tuple[Callable[..., None], Callable[[int], list[torch.Tensor | None]]]:
+def _step_functions(job: TrainingJob, lanes: _Lanes, noise_std: float | torch.Tensor,
+                    noise_gens: list[torch.Generator], optimizer: Any, device: torch.device,
+                    ) -> tuple[Callable[..., None], Callable[[int], list[torch.Tensor | None]]]:
     """The eager training step ``step(rows, lane_rows, draws, b)`` (gather the batch, add
     the input noise, one backward of the summed losses, one Adam step: what a CUDA graph
     captures) and ``draw_noise(b)``, the step's noise draws in their eager order.
     ``noise_std`` is one std, or one per replica (``[R, 1, 1]``: each replica's draw scaled
     by its own, the lane tables' by their lane's)."""
+    tables, lane_tables, noise = job.data.tables, job.data.lane_tables, job.data.noise
+    step_loss, r_count = job.step_loss, len(job.data.seeds)
     lane, lane_of_lane = lanes.lane, lanes.lane_of_lane
     lane_count = len(lanes.first)
     lane_std = noise_std
@@ -431,15 +513,15 @@ def _step_functions(
     return step, draw_noise
 
 
-def _run_epochs(perms: Iterator[torch.Tensor], epoch_iter: Any, lanes: _Lanes, n: int,
-                bs: int, graphs: _GraphedSteps | None, step: Callable[..., None],
-                draw_noise: Callable[[int], list[torch.Tensor | None]],
-                on_epoch: Callable[[int], None] | None = None) -> None:
+def _run_epochs(steps: _Steps, perms: Iterator[torch.Tensor], epoch_iter: Any, lanes: _Lanes,
+                n: int, bs: int) -> None:
     """The epoch loop: every epoch's rows in mini-batches of ``bs``, each step replayed
-    through ``graphs`` when it can be, else run eagerly (the inner loop calls nothing
-    but the step); ``on_epoch(e)`` is called before epoch ``e`` (0, 1, ...)."""
+    through ``steps.graphs`` when it can be, else run eagerly (the inner loop calls nothing
+    but the step); ``steps.on_epoch(e)`` is called before epoch ``e`` (0, 1, ...)."""
     lane, offsets = lanes.lane, lanes.offsets
     lane_of_lane, offsets_lane, lane_first = lanes.lane_of_lane, lanes.offsets_lane, lanes.first
+    graphs, step, draw_noise, on_epoch = steps.graphs, steps.step, steps.draw_noise, \
+        steps.on_epoch
     for epoch, perm in zip(epoch_iter, perms):
         if on_epoch is not None:
             on_epoch(epoch)
@@ -455,26 +537,59 @@ def _run_epochs(perms: Iterator[torch.Tensor], epoch_iter: Any, lanes: _Lanes, n
                  draw_noise(stop - start), stop - start)
 
 
-# kept whole: the engine's one entry point, its arguments' contract and setup top to bottom
-def train_replicas(
-    *,
-    modules: Sequence[torch.nn.Module],
-    tables: dict[str, torch.Tensor],
-    source: Sequence[int],
-    seeds: Sequence[int],
-    step_loss: Callable[[dict[str, torch.Tensor]], torch.Tensor],
-    epochs: int | Sequence[int],
-    batch_size: int,
-    lr: float | Sequence[float],
-    weight_decay: float,
-    device: Any,
-    noise_std: float | Sequence[float] = 0.0,
-    noise: Sequence[tuple[str | None, int]] = (),
-    lane_tables: Sequence[str] = (),
-    desc: str | None = None,
-    owners: Sequence[torch.Tensor] | None = None,
-) -> None:
-    """Train the stacked ``modules`` (already on ``device``) in place.
+def _optimizer(job: TrainingJob, params: list[torch.Tensor], resume: TrainingState | None
+               ) -> tuple[torch.optim.Optimizer, int, Callable[[int], None] | None]:
+    """The optimiser, the number of epochs and the ``on_epoch`` hook
+    (:func:`~selbench.training.hyper.replica_optimizer`); continuing ``resume``, a
+    :class:`~selbench.training.hyper.ReplicaAdam` holding its moments and steps (the
+    replicas then train one number of epochs)."""
+    hyper, r_count = job.hyper, len(job.data.seeds)
+    if resume is None:
+        return replica_optimizer(params, r_count, hyper.lr, hyper.epochs, hyper.weight_decay,
+                                 lanes=bool(job.data.lane_tables), owners=hyper.owners)
+    epochs = per_replica(hyper.epochs, r_count, "epochs", int)
+    if isinstance(epochs, tuple):
+        raise ValueError("resume: the replicas continue for one number of epochs")
+    rates = per_replica(hyper.lr, r_count, "lr", float)
+    if not isinstance(rates, tuple):  # one rate: the fused Adam, continued
+        optimizer = batched_adam(params, rates, hyper.weight_decay)
+        for p, m, v in zip(params, resume.exp_avg, resume.exp_avg_sq):
+            optimizer.state[p] = {
+                "step": torch.tensor(float(resume.steps), dtype=torch.float32,
+                                     device=p.device if _fused(optimizer) else "cpu"),
+                "exp_avg": m.clone(), "exp_avg_sq": v.clone()}
+        return optimizer, epochs, None
+    optimizer = ReplicaAdam(params, rates, hyper.weight_decay, hyper.owners)
+    optimizer.load_moments(resume.steps, resume.exp_avg, resume.exp_avg_sq)
+    return optimizer, epochs, None
+
+
+def _fused(optimizer: torch.optim.Optimizer) -> bool:
+    return all(group.get("fused") for group in optimizer.param_groups)
+
+
+def _state(optimizer: torch.optim.Optimizer, params: list[torch.Tensor], epoch: int,
+           distinct: list[int], shuffles: list[torch.Generator],
+           noise_gens: list[torch.Generator]) -> TrainingState:
+    """The :class:`TrainingState` after a training (Adam's moments: the
+    :class:`~selbench.training.hyper.ReplicaAdam`'s, or the torch Adam's state)."""
+    if isinstance(optimizer, ReplicaAdam):
+        steps, exp_avg, exp_avg_sq = optimizer.moments()
+    else:
+        states = [optimizer.state.get(p, {}) for p in params]
+        steps = int(states[0]["step"]) if states and "step" in states[0] else 0
+        exp_avg = tuple(s.get("exp_avg", torch.zeros_like(p)) for s, p in zip(states, params))
+        exp_avg_sq = tuple(s.get("exp_avg_sq", torch.zeros_like(p))
+                           for s, p in zip(states, params))
+    gens = {s: (g, noise_gens[u] if noise_gens else None)
+            for u, (s, g) in enumerate(zip(distinct, shuffles))}
+    return TrainingState(epoch, steps, tuple(t.detach() for t in exp_avg),
+                         tuple(t.detach() for t in exp_avg_sq), gens)
+
+
+def train_replicas(job: TrainingJob, resume: TrainingState | None = None) -> TrainingState:
+    """Train the stacked ``job.modules`` (already on the schedule's device) in place; the
+    :class:`TrainingState` reached (what a later call may continue with ``resume``).
 
     Every epoch, replica ``r`` reads the rows of its source ``source[r]`` of every table
     (``{name: [U, n, ...]}``) in the order ``torch.randperm(n)`` of a generator seeded by
@@ -483,12 +598,15 @@ def train_replicas(
     a ``None`` name draws ``[B, width]`` and discards it, as a field the replica does not
     read), from a generator seeded by ``seeds[r] + 1``. ``step_loss(batch)`` receives the
     batch ``{name: [R, B, ...]}`` and returns the per-replica losses ``[R]`` (or their
-    sum), summed for one backward pass; one Adam (``lr``, ``weight_decay``) updates all parameters.
+    sum), summed for one backward pass; one Adam (``lr``, ``weight_decay``) updates all
+    parameters (:class:`TrainingJob`).
 
     ``epochs``, ``lr`` and ``noise_std`` are one value or one per replica (see the module
     docstring); ``owners`` then gives, for each parameter of ``modules`` in order, the
     replica of each element (:func:`~selbench.training.hyper.replica_owners`; None: the
-    leading dimension).
+    leading dimension). With ``resume`` the replicas (restacked by the caller, with the
+    state's moments laid out as their parameters, :func:`restack_state`) continue a
+    training for ``epochs`` more epochs, one number for all.
 
     The tables named in ``lane_tables`` come once per lane instead, ``[L, B, ...]``: the
     replicas must then be in lanes of equal size, consecutive, as :func:`lane_order`
@@ -499,149 +617,57 @@ def train_replicas(
     the same kernels replayed, so the same numbers as the eager step, at a fraction of the
     host's launch cost.
     """
-    r_count = len(seeds)
-    n = int(next(iter(tables.values())).shape[1])
-    device = torch.device(device)
-    distinct = list(dict.fromkeys(int(s) for s in seeds))
-    lanes = _lanes(source, seeds, distinct, n, device, lane_tables)
-    optimizer, epochs, on_epoch = replica_optimizer(
-        [p for m in modules for p in m.parameters()], r_count, lr, epochs, weight_decay,
-        lanes=bool(lane_tables), owners=owners)
-    noise_std = noise_scale(noise_std, r_count, device, lanes.first)
+    data, r_count = job.data, len(job.data.seeds)
+    n = int(next(iter(data.tables.values())).shape[1])
+    device = torch.device(job.schedule.device)
+    distinct = list(dict.fromkeys(int(s) for s in data.seeds))
+    lanes = _lanes(data.source, data.seeds, distinct, n, device, data.lane_tables)
+    params = [p for m in job.modules for p in m.parameters()]
+    optimizer, epochs, on_epoch = _optimizer(job, params, resume)
+    noise_std = noise_scale(job.hyper.noise_std, r_count, device, lanes.first)
     noisy = isinstance(noise_std, torch.Tensor) or noise_std > 0
-    shuffles, noise_gens = _generators(distinct, device, noisy and bool(noise))
-    epoch_iter = _epoch_progress(epochs, desc)
+    shuffles, noise_gens = _generators(distinct, device, noisy and bool(data.noise), resume)
+    epoch_iter = _epoch_progress(epochs, job.schedule.desc)
     # one replica trains with one thread: its matmuls are too small to gain from more (see
     # cpu_threads); R replicas' batched matmuls are large enough that all threads pay
     threads = 1 if r_count == 1 else batched_threads(device)
-    for m in modules:
+    for m in job.modules:
         m.train()
-    step, draw_noise = _step_functions(
-        tables=tables, lanes=lanes, r_count=r_count, lane_tables=lane_tables, noise=noise,
-        noise_std=noise_std, noise_gens=noise_gens, step_loss=step_loss,
-        optimizer=optimizer, device=device)
-    graphs = _GraphedSteps.create(device, modules, optimizer, step, noise, noise_gens)
+    step, draw_noise = _step_functions(job, lanes, noise_std, noise_gens, optimizer, device)
+    graphs = GraphedSteps.create(device, job.modules, optimizer, step, data.noise, noise_gens)
     with cpu_threads(device, threads), (graphs.stream() if graphs else nullcontext()):
         perms = epoch_permutations(shuffles, n, int(epochs), device)
-        _run_epochs(perms, epoch_iter, lanes, n, int(batch_size), graphs, step, draw_noise,
-                    on_epoch)
-    for m in modules:
+        _run_epochs(_Steps(step, draw_noise, graphs, on_epoch), perms, epoch_iter, lanes, n,
+                    int(job.schedule.batch_size))
+    for m in job.modules:
         m.eval()
+    start = 0 if resume is None else resume.epoch
+    return _state(optimizer, params, start + int(epochs), distinct, shuffles, noise_gens)
 
 
-def cuda_graphs_enabled(device: Any, modules: Sequence[torch.nn.Module] = ()) -> bool:
-    """Whether :func:`train_replicas` captures its training step in CUDA graphs: on a CUDA
-    device, unless ``SELBENCH_CUDA_GRAPHS=0`` or a module (a stacked module, or any
-    submodule) declares ``cuda_graphs = False``."""
-    env = os.environ.get("SELBENCH_CUDA_GRAPHS", "").strip().lower()
-    if env not in ("", "1", "true", "yes", "on", "0", "false", "no", "off"):
-        raise ValueError(f"SELBENCH_CUDA_GRAPHS must be 1 or 0 (on or off), got {env!r}")
-    if torch.device(device).type != "cuda" or env in ("0", "false", "no", "off"):
-        return False
-    return all(getattr(sub, "cuda_graphs", True) is not False
-               for m in modules for sub in m.modules())
-
-
-class _GraphedSteps:
-    """The training step captured in CUDA graphs, one per batch length (on a GPU a step of
-    a few small replicas is bound by the host launching its ~60 kernels one by one; a graph
-    replays them with one launch, and the same kernels on the same addresses compute the
-    same numbers).
-
-    Each batch length first runs :data:`WARMUP` eager steps (what allocates the optimiser's
-    state and the libraries' workspaces before a capture), then is captured once and
-    replayed: per step, the batch's rows are copied into a static index tensor and the
-    input noise drawn into static tensors by the replicas' own generators, outside the
-    graph, in the order the eager step draws them (so the draws are the eager ones). The
-    optimiser must be the fused Adam (its ``capturable`` flag does not change its
-    arithmetic). A capture that fails (a module that reads a value back to the host, say)
-    falls back to the eager step for the rest of the training, with a warning.
-    """
-
-    WARMUP = 3
-
-    def __init__(self, device: torch.device, optimizer, step, noise, noise_gens):
-        self.device, self.optimizer, self.step = device, optimizer, step
-        self.noise, self.noise_gens = list(noise), list(noise_gens)
-        self.seen: dict[int, int] = {}
-        self.graphs: dict[int, tuple[Any, torch.Tensor, torch.Tensor | None,
-                                     list[torch.Tensor | None]]] = {}
-        self.failed = False
-        self._stream = torch.cuda.Stream(device=device)
-
-    @classmethod
-    def create(cls, device, modules, optimizer, step, noise, noise_gens):
-        if not cuda_graphs_enabled(device, modules):
-            return None
-        if not all(group.get("fused") for group in optimizer.param_groups):
-            return None  # the foreach Adam's capturable path computes differently
-        for group in optimizer.param_groups:
-            group["capturable"] = True
-        return cls(torch.device(device), optimizer, step, noise, noise_gens)
-
-    @contextmanager
-    def stream(self) -> Iterator[None]:
-        """Run the training on a side stream (captures need one); on leaving, the caller's
-        stream waits for it and the graphs (and the gradients in their memory) are freed."""
-        outer = torch.cuda.current_stream(self.device)
-        self._stream.wait_stream(outer)
-        try:
-            with torch.cuda.stream(self._stream):
-                yield
-        finally:
-            outer.wait_stream(self._stream)
-            self.optimizer.zero_grad(set_to_none=True)
-            self.graphs.clear()
-
-    def _draw_into(self, buffers: list[torch.Tensor | None], b: int) -> None:
-        for (_, width), buf in zip(self.noise, buffers):
-            if buf is not None:
-                for u, gen in enumerate(self.noise_gens):
-                    torch.randn((b, width), generator=gen, device=self.device, out=buf[u])
-
-    def run(self, rows: torch.Tensor, lane_rows: torch.Tensor | None, b: int) -> bool:
-        """One step through the graph of batch length ``b``; False when the caller must run
-        it eagerly (a warm-up step, or captures failed)."""
-        if self.failed:
-            return False
-        entry = self.graphs.get(b)
-        if entry is None:
-            self.seen[b] = self.seen.get(b, 0) + 1
-            if self.seen[b] <= self.WARMUP:
-                return False
-            entry = self._capture(rows, lane_rows, b)
-            if entry is None:
-                return False
-        graph, rows_buf, lane_buf, draw_bufs = entry
-        rows_buf.view(rows.shape).copy_(rows)  # one strided copy from the epoch's order
-        if lane_buf is not None:
-            lane_buf.view(lane_rows.shape).copy_(lane_rows)
-        self._draw_into(draw_bufs, b)
-        graph.replay()
-        return True
-
-    def _capture(self, rows, lane_rows, b):
-        rows_buf = rows.reshape(-1).clone()  # valid indices while capturing (nothing runs)
-        lane_buf = None if lane_rows is None else lane_rows.reshape(-1).clone()
-        draw_bufs: list[torch.Tensor | None] = [
-            torch.empty((len(self.noise_gens), b, width), device=self.device)
-            if self.noise_gens else None for _, width in self.noise
-        ]
-        graph = torch.cuda.CUDAGraph()
-        self.optimizer.zero_grad(set_to_none=True)
-        try:
-            self._stream.synchronize()
-            with torch.cuda.graph(graph, stream=self._stream):
-                self.step(rows_buf, lane_buf, draw_bufs, b)
-        except Exception as exc:  # any capture failure: the eager step, for the rest
-            self.failed = True
-            self.optimizer.zero_grad(set_to_none=True)
-            torch.cuda.synchronize(self.device)
-            warnings.warn(
-                f"training step could not be captured in a CUDA graph ({exc}); training "
-                "eagerly (set cuda_graphs = False on the module to skip the attempt)",
-                RuntimeWarning, stacklevel=3)
-            return None
-        entry = (graph, rows_buf, lane_buf, draw_bufs)
-        self.graphs[b] = entry
-        return entry
+@torch.no_grad()
+def restack_state(state: TrainingState, parts: Sequence[tuple[torch.nn.Module, list, Callable]],
+                  keep: Sequence[int]) -> TrainingState:
+    """``state`` for the replicas ``keep`` restacked: ``parts`` lists, for each stacked
+    module of the training (its parameters in the optimiser's order), ``(stack, replicas,
+    make)``: the stacked module, its R replica modules and ``make(modules)``, which stacks
+    replica modules as the caller's new stack does. Each moment is laid out as the new
+    stack's parameters by the modules' own ``write_back`` and stacking: set as the old
+    stack's parameters, written back into copies of the kept replicas, stacked again (the
+    old stack's values are restored after), so any stacked layout works."""
+    moments: list[list[torch.Tensor]] = [[], []]
+    at = 0
+    for stack, replicas, make in parts:
+        own = list(stack.parameters())
+        saved = [p.detach().clone() for p in own]
+        for k, tensors in enumerate((state.exp_avg, state.exp_avg_sq)):
+            for p, t in zip(own, tensors[at: at + len(own)]):
+                p.copy_(t)
+            copies = [copy.deepcopy(m) for m in replicas]
+            stack.write_back(copies)
+            moments[k] += [p.detach().clone()
+                           for p in make([copies[r] for r in keep]).parameters()]
+        for p, v in zip(own, saved):
+            p.copy_(v)
+        at += len(own)
+    return replace(state, exp_avg=tuple(moments[0]), exp_avg_sq=tuple(moments[1]))

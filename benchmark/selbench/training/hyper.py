@@ -137,6 +137,19 @@ class ReplicaAdam(torch.optim.Optimizer):
         if len(replicas):
             self.rates[list(replicas)] = 0.0
 
+    def moments(self) -> tuple[int, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+        """(steps taken, Adam's first moments, second moments), one per parameter."""
+        return self.steps, tuple(self._exp_avg), tuple(self._exp_avg_sq)
+
+    @torch.no_grad()
+    def load_moments(self, steps: int, exp_avg: Sequence[torch.Tensor],
+                     exp_avg_sq: Sequence[torch.Tensor]) -> None:
+        """Continue an Adam that took ``steps`` steps, with its moments (laid out as the
+        parameters, :func:`selbench.training.engine.restack_state`)."""
+        self.steps = int(steps)
+        for mine, theirs in zip(self._exp_avg + self._exp_avg_sq, [*exp_avg, *exp_avg_sq]):
+            mine.copy_(theirs)
+
     @torch.no_grad()
     def step(self, closure: Any = None) -> None:  # closure: Optimizer's signature, unused
         group = self.param_groups[0]

@@ -13,7 +13,14 @@ from selbench.contract.api import DifferentiableRecalibrator, FitContext
 from selbench.contract.checks import NotFittedError, check_outputs
 from selbench.contract.data import ModelOutputs
 from selbench.contract.search import Tune
-from selbench.training.engine import Tables, train_replicas
+from selbench.training.engine import (
+    ReplicaData,
+    ReplicaHyper,
+    Schedule,
+    Tables,
+    TrainingJob,
+    train_replicas,
+)
 from selbench.training.torchutils import (
     BatchedMLP,
     build_mlp,
@@ -184,12 +191,13 @@ class MLPRecalibrator(DifferentiableRecalibrator):
         def step_loss(batch: dict[str, torch.Tensor]) -> torch.Tensor:
             return bce(net(batch["x"]), batch["y"], reduction="none").mean(-1)
 
-        train_replicas(
-            modules=[net], tables=tables.to(device, {}), source=tables.source,
-            seeds=[int(ctx.seed) for ctx in ctxs], step_loss=step_loss,
-            epochs=int(first.epochs), batch_size=int(first.batch_size), lr=first.lr,
-            weight_decay=first.weight_decay, device=device,
-        )
+        train_replicas(TrainingJob(
+            modules=[net], step_loss=step_loss,
+            data=ReplicaData(tables.to(device, {}), tables.source,
+                             [int(ctx.seed) for ctx in ctxs]),
+            schedule=Schedule(batch_size=int(first.batch_size), device=device),
+            hyper=ReplicaHyper(epochs=int(first.epochs), lr=first.lr,
+                               weight_decay=first.weight_decay)))
         net.write_back([m.net for m in modules])
         for rec, module in zip(recs, modules):  # the spare, last, is left out
             rec.feature_dim_ = d

@@ -28,31 +28,30 @@ replica ends where it would trained alone, to float rounding.
 from __future__ import annotations
 
 import copy
-import warnings
 from dataclasses import dataclass, replace
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import numpy as np
 import torch
-from pydantic import Field
 from selbench.contract.api import (
-    CoverageLoss,
     DifferentiableRecalibrator,
     FitContext,
     FitJob,
-    PredictingModule,
     Recalibrator,
     Scheme,
-    SelectionLoss,
-    Selector,
-    TrainableSelector,
 )
 from selbench.contract.checks import check_outputs
-from selbench.contract.data import DataError, ModelOutputs
+from selbench.contract.data import ModelOutputs
 from selbench.contract.search import Tune
 from selbench.training.engine import (
+    ReplicaData,
+    ReplicaHyper,
+    Schedule,
     Tables,
+    TrainingJob,
+    TrainingState,
     lane_order,
+    restack_state,
     stack_recalibrators,
     stack_selectors,
     train_replicas,
@@ -66,55 +65,26 @@ from selbench.training.torchutils import (
     to_tensor,
 )
 
+from .common import (
+    NOISE_DROWNS,
+    BatchSize,
+    Epochs,
+    LearningRate,
+    NoiseStd,
+    Optimizer,
+    WeightDecay,
+    changes_prediction,
+    check_args,
+    check_logit_range,
+    recalibrated_correct,
+    warn_if_noise_drowns,
+)
+
+__all__ = ["NOISE_DROWNS", "TRAINING_SCHEMES", "JointScheme", "SelectionScheme",
+           "SequentialScheme", "changes_prediction", "fit_recalibrators", "recalibrated_correct",
+           "train_jobs", "train_part", "warn_if_noise_drowns"]
+
 TRAINING_SCHEMES = ("selection", "sequential", "joint")
-
-
-def _check_args(
-    name: str,
-    selector: Selector,
-    recalibrator: Recalibrator,
-    loss: Any,
-    coverage: Any,
-) -> None:
-    if not isinstance(selector, TrainableSelector):
-        raise ValueError(
-            f"scheme {name!r} trains a learned selector (trainable = True, e.g. 'mlp'), but "
-            f"{type(selector).__name__} is fitted by its own fit(); use the 'recalibration' "
-            "scheme for it"
-        )
-    if loss is None:
-        raise ValueError(
-            f"scheme {name!r} needs a selection loss (loss: s-tlbce, s-mce or s-mmce), got none"
-        )
-    if not isinstance(loss, SelectionLoss):
-        raise TypeError(
-            f"loss: scheme {name!r} expects a SelectionLoss (s-tlbce, s-mce, s-mmce), "
-            f"got {type(loss).__name__}"
-        )
-    if coverage is None:
-        raise ValueError(
-            f"scheme {name!r} needs a coverage loss (coverage: quadratic or log-coverage), "
-            "got none"
-        )
-    if not isinstance(coverage, CoverageLoss):
-        raise TypeError(
-            f"coverage: scheme {name!r} expects a CoverageLoss (quadratic, log-coverage), "
-            f"got {type(coverage).__name__}"
-        )
-
-
-def recalibrated_correct(recalibrator: Recalibrator, outputs: ModelOutputs) -> np.ndarray:
-    """0/1 float64 correctness of the recalibrator's prediction (``recalibrator.predict``,
-    which for most recalibrators is ``argmax(logits)``; binary Platt may change it)."""
-    pred = np.asarray(recalibrator.predict(outputs))
-    return (pred == outputs.labels).astype(np.float64)
-
-
-def changes_prediction(module: Any) -> bool:
-    """Whether a trained h module is a :class:`~selbench.contract.api.PredictingModule` whose
-    prediction can differ from ``argmax(logits)``: the selective loss must then see the
-    correctness of that prediction, recomputed at every step as h trains."""
-    return isinstance(module, PredictingModule) and bool(module.changes_prediction)
 
 
 @torch.no_grad()
@@ -253,58 +223,157 @@ def _rows(members: list[int], device: torch.device) -> slice | torch.Tensor:
     return torch.tensor(members, device=device)
 
 
-def train_part(name: str, params: Any, reps: list[_Replica], *, train_h: bool) -> None:
-    """Train replicas that share data shapes, module classes, device, batch size and weight
-    decay as one model (:func:`selbench.training.engine.train_replicas`); each ends where it
-    would trained alone, to float rounding (see :mod:`selbench.training.engine`). A replica's
-    epochs, learning rate and input noise are its own ``params`` (``params``: the default)."""
-    for r in reps:
-        r.params = params if r.params is None else r.params
-    device = reps[0].job.context.torch_device()
-    reps, tables, lanes = _lane_tables(reps + _spares(reps))
-    hyper = [r.params for r in reps]
-    jobs = [r.job for r in reps]
-    need_lp = bool(jobs[0].loss.needs_log_probs)
-    trained_h = reps[0].h_module is not None
+@dataclass
+class _Part:
+    """One model of replicas (made by :func:`_build_part`): the replicas in the stack's
+    order, the stacked selector (and trained recalibrator) and the engine's job."""
 
+    reps: list[_Replica]
+    g_stack: torch.nn.Module
+    h_stack: torch.nn.Module | None
+    job: TrainingJob
+
+
+def _build_part(name: str, reps: list[_Replica], train_h: bool,
+                segment: int | None = None) -> _Part:
+    """The replicas ``reps`` (spares included) stacked as one model and their engine job;
+    ``segment``: a judged training's next stretch, every replica for that many epochs,
+    without lanes and with the owners of every parameter element (what
+    :func:`~selbench.training.engine.restack_state` and a resumed Adam need)."""
+    device = reps[0].job.context.torch_device()
+    if segment is None:
+        reps, tables, lanes = _lane_tables(reps)
+    else:
+        tables, lanes = Tables(len(reps[0].job.outputs)), None
+        for r in reps:
+            tables.add(r.arrays)
+    hyper, jobs = [r.params for r in reps], [r.job for r in reps]
+    need_lp = bool(jobs[0].loss.needs_log_probs)
     g_stack = _stack_g(reps, lanes, device)
     modules: list[torch.nn.Module] = [g_stack]
-    h_stack = None
-    h_predicts = False
-    uses_features = False
-    dtypes = {"labels": torch.int64}
-    data = tables.to(device, dtypes)
-    if trained_h:
+    h_stack, h_predicts, uses_features = None, False, False
+    data = tables.to(device, {"labels": torch.int64})
+    if reps[0].h_module is not None:
         h_stack, h_predicts, uses_features = _stack_h(reps, data, need_lp, device)
         modules.append(h_stack)
-    step_loss = _step_loss(jobs, g_stack, h_stack, h_predicts, need_lp, device)
-
     noise_std = [float(h.noise_std) for h in hyper]
     warn_if_noise_drowns(max(noise_std), reps[0].arrays["x"], name)
     noise = [("x", reps[0].arrays["x"].shape[1])]
     if train_h:  # h's feature noise, drawn whether h reads the features or not
         noise.append(("features" if uses_features else None, jobs[0].outputs.feature_dim))
-    progress = any(j.context.progress for j in jobs)
     desc = None
-    if progress:
+    if any(j.context.progress for j in jobs):
         desc = (f"{name}: training g" + (" and h" if train_h else "")
                 + (f" ({len(reps)} replicas)" if len(reps) > 1 else ""))
-    train_replicas(
-        modules=modules, tables=data, source=tables.source,
-        seeds=[int(j.context.seed) for j in jobs], step_loss=step_loss,
-        epochs=[int(h.epochs) for h in hyper], batch_size=int(hyper[0].batch_size),
-        lr=[float(h.lr) for h in hyper], weight_decay=hyper[0].weight_decay, device=device,
-        noise_std=noise_std,
-        noise=noise, lane_tables=("x",) if lanes is not None else (), desc=desc,
-        owners=_owners(reps, g_stack, h_stack),
-    )
-    g_stack.write_back([r.g_module for r in reps])
+    job = TrainingJob(
+        modules=modules, step_loss=_step_loss(jobs, g_stack, h_stack, h_predicts, need_lp,
+                                              device),
+        data=ReplicaData(data, tables.source, [int(j.context.seed) for j in jobs], noise,
+                         ("x",) if lanes is not None else ()),
+        schedule=Schedule(int(hyper[0].batch_size), device, desc),
+        hyper=ReplicaHyper(
+            epochs=[int(h.epochs) for h in hyper] if segment is None else segment,
+            lr=[float(h.lr) for h in hyper], weight_decay=hyper[0].weight_decay,
+            noise_std=noise_std, owners=_owners(reps, g_stack, h_stack, segment is not None)))
+    return _Part(reps, g_stack, h_stack, job)
+
+
+def _write_back(part: _Part, to_cpu: bool = True) -> None:
+    """The trained values into each replica's own modules (moved to the CPU, in eval mode)."""
+    part.g_stack.write_back([r.g_module for r in part.reps])
+    if part.h_stack is not None:
+        part.h_stack.write_back([r.h_module for r in part.reps])
+    for r in part.reps:
+        for m in (r.g_module, r.h_module):
+            if m is not None:
+                m.eval()
+                if to_cpu:
+                    m.to("cpu")
+
+
+def train_part(name: str, params: Any, reps: list[_Replica], *, train_h: bool) -> None:
+    """Train replicas that share data shapes, module classes, device, batch size and weight
+    decay as one model (:func:`selbench.training.engine.train_replicas`); each ends where it
+    would trained alone, to float rounding (see :mod:`selbench.training.engine`). A replica's
+    epochs, learning rate and input noise are its own ``params`` (``params``: the default).
+    Replicas whose contexts carry one :class:`~selbench.contract.judge.EpochJudge` are
+    trained by :func:`_train_judged`."""
     for r in reps:
-        r.g_module.eval().to("cpu")
-    if h_stack is not None:
-        h_stack.write_back([r.h_module for r in reps])
-        for r in reps:
-            r.h_module.eval().to("cpu")
+        r.params = params if r.params is None else r.params
+    judges = {id(r.job.context.judge): r.job.context.judge for r in reps}
+    if len(judges) == 1 and None not in judges.values():
+        _train_judged(name, reps, next(iter(judges.values())), train_h)
+        return
+    part = _build_part(name, reps + _spares(reps), train_h)
+    train_replicas(part.job)
+    _write_back(part)
+
+
+def _next_stop(alive: list[_Replica], rungs: set[int], at: int) -> int:
+    """Where a judged training stops next after epoch ``at``: the first rung below the
+    longest replica's epochs, or the first replica's last epoch."""
+    epochs = [int(r.params.epochs) for r in alive]
+    return min([e for e in rungs if at < e < max(epochs)] + epochs)
+
+
+def _restacked(name: str, part: _Part, survivors: list[_Replica], train_h: bool,
+               state: TrainingState) -> tuple[_Part, TrainingState]:
+    """``part`` without the replicas that are not ``survivors`` (written back), a new spare
+    last (a twin of the last survivor as it stands, its Adam moments too), and the
+    training's state laid out for the new stack
+    (:func:`~selbench.training.engine.restack_state`)."""
+    device = survivors[0].job.context.torch_device()
+    spare = _twin(survivors[-1], int(part.reps[-1].job.context.seed))
+    new = _build_part(name, [*survivors, spare], train_h, segment=1)
+    where = {id(r): i for i, r in enumerate(part.reps)}
+    keep = [where[id(r)] for r in survivors] + [where[id(survivors[-1])]]
+    parts = [(part.g_stack, [r.g_module for r in part.reps],
+              lambda mods: stack_selectors(mods).to(device))]
+    if part.h_stack is not None:
+        parts.append((part.h_stack, [r.h_module for r in part.reps],
+                      lambda mods: stack_recalibrators(mods).to(device)))
+    return new, restack_state(state, parts, keep)
+
+
+def _train_judged(name: str, reps: list[_Replica], judge: Any, train_h: bool) -> None:
+    """Train ``reps`` stretch by stretch (:func:`_next_stop`): at each stop the replicas
+    are written back, those at a rung of ``judge`` judged, and the model restacked without
+    the replicas the judge drops and those at their own last epoch, so a dropped replica
+    costs nothing after it. The Adam moments and generators carry on
+    (:class:`~selbench.training.engine.TrainingState`): a replica that trains to its end
+    reads the batches and noise, and takes the Adam steps, of its uninterrupted training
+    (to float rounding: a resumed stretch runs another Adam kernel). One spare (a twin of
+    the last replica, discarded) trains last throughout (issue 34), renewed as a twin of
+    the last survivor at each restack: with one survivor left every replica then has one
+    learning rate, and the engine's fused Adam (and CUDA graphs) runs the rest."""
+    alive = [r for r in reps if int(r.params.epochs) > 0]
+    if not alive:
+        return
+    spare = _twin(alive[-1], max(int(r.job.context.seed) for r in reps) + 1)
+    rungs = {int(e) for e in judge.rungs}
+    state: TrainingState | None = None
+    part: _Part | None = None
+    at = 0
+    while alive:
+        stop = _next_stop(alive, rungs, at)
+        if part is None:
+            part = _build_part(name, [*alive, spare], train_h, segment=stop - at)
+        else:
+            part = replace(part, job=replace(part.job, hyper=replace(part.job.hyper,
+                                                                     epochs=stop - at)))
+        state = train_replicas(part.job, state)
+        _write_back(part, to_cpu=False)
+        judged = [r for r in alive if stop in rungs]
+        keep = judge.judge(stop, [r.job for r in judged]) if judged else []
+        dropped = {id(r) for r, k in zip(judged, keep) if not k}
+        survivors = [r for r in alive if id(r) not in dropped and int(r.params.epochs) > stop]
+        if survivors and len(survivors) < len(alive):
+            part, state = _restacked(name, part, survivors, train_h, state)
+        alive, at = survivors, stop
+    for r in reps:
+        for m in (r.g_module, r.h_module):
+            if m is not None:
+                m.eval().to("cpu")
 
 
 def _spares(reps: list[_Replica]) -> list[_Replica]:
@@ -319,18 +388,23 @@ def _spares(reps: list[_Replica]) -> list[_Replica]:
     (``train_beta: per_beta``, lanes) it is not yet (``tests/test_cell_independence.py``)."""
     last = int(reps[-1].job.context.seed)
     spare_seed = max(int(r.job.context.seed) for r in reps) + 1
-    return [replace(r, job=replace(r.job, context=replace(r.job.context, seed=spare_seed)),
-                    g_module=copy.deepcopy(r.g_module), h_module=copy.deepcopy(r.h_module))
-            for r in reps if int(r.job.context.seed) == last]
+    return [_twin(r, spare_seed) for r in reps if int(r.job.context.seed) == last]
+
+
+def _twin(rep: _Replica, seed: int) -> _Replica:
+    """A copy of ``rep`` (its modules as they stand) that reads its data with ``seed``."""
+    return replace(rep, job=replace(rep.job, context=replace(rep.job.context, seed=seed)),
+                   g_module=copy.deepcopy(rep.g_module), h_module=copy.deepcopy(rep.h_module))
 
 
 def _owners(reps: list[_Replica], g_stack: torch.nn.Module,
-            h_stack: torch.nn.Module | None) -> list[torch.Tensor] | None:
+            h_stack: torch.nn.Module | None, always: bool = False
+            ) -> list[torch.Tensor] | None:
     """The replica of each element of the stacked parameters (g's, then h's), read off their
     ``write_back`` (:func:`selbench.training.hyper.replica_owners`), where the replicas'
     learning rates or epochs differ (the engine's Adam then has a rate per replica); None
-    where they do not."""
-    if len({(float(r.params.lr), int(r.params.epochs)) for r in reps}) == 1:
+    where they do not (unless ``always``)."""
+    if not always and len({(float(r.params.lr), int(r.params.epochs)) for r in reps}) == 1:
         return None
     owners = replica_owners(g_stack, [r.g_module for r in reps])
     if h_stack is not None:
@@ -454,56 +528,6 @@ def train_jobs(name: str, params: Any, jobs: list[FitJob], *, train_h: bool) -> 
         train_part(name, params, part, train_h=train_h)
 
 
-#: the training hyperparameters of the three training schemes (Appendix A of the paper)
-Epochs = Annotated[int, Field(ge=0, description="passes over the fitting data (paper: 1000)")]
-BatchSize = Annotated[int, Field(ge=1, description="mini-batch size (paper: 100)")]
-LearningRate = Annotated[float, Field(gt=0, description="Adam learning rate (paper: 5e-4)")]
-WeightDecay = Annotated[float, Field(ge=0, description="Adam weight decay")]
-NoiseStd = Annotated[float, Field(
-    ge=0, description="std of Gaussian noise added to the selector's (and an MLP "
-    "recalibrator's) input at every step, for robustness under shift (paper, RxRx1: 1); "
-    "absolute, in the input's units: a warning says when it exceeds "
-    "the input's typical per-dimension std 5-fold",
-)]
-
-#: noise_std above this multiple of the selector input's median per-dimension std drowns it
-NOISE_DROWNS = 5.0
-
-
-def warn_if_noise_drowns(noise_std: float, x: Any, name: str) -> None:
-    """Warn when the absolute ``noise_std`` is large against the scale of the selector's
-    input ``x`` [N, d] (the median over dimensions of the per-dimension std): the paper's
-    noise_std = 1 on unit-norm sentence embeddings (per-dimension std about 0.045) turns the
-    learned selector into an untrained one. The noise stays absolute, as the paper defines it."""
-    if noise_std <= 0:
-        return
-    arr = np.asarray(x, dtype=np.float64)
-    if arr.ndim != 2 or arr.shape[0] < 2:
-        return
-    scale = float(np.median(arr.std(axis=0)))
-    if scale > 0 and noise_std > NOISE_DROWNS * scale:
-        warnings.warn(
-            f"{name}: noise_std {noise_std:g} is {noise_std / scale:.0f}x the selector input's "
-            f"typical per-dimension std ({scale:.3g}): the input is mostly noise (noise_std is "
-            "absolute, in the input's units)", UserWarning, stacklevel=2)
-Optimizer = Annotated[Literal["adam"], Field(description="optimiser (Adam only)")]
-
-
-def check_logit_range(outputs: ModelOutputs, name: str) -> None:
-    """The training schemes compute softmax(z - max z) in float32: a row whose logits span
-    more than float32's largest value (about 3.4e38) overflows there (the loss then fails
-    deep inside training), so it is refused up front, naming the array and the row."""
-    z = np.asarray(outputs.logits, dtype=np.float64)
-    span = z.max(axis=1) - z.min(axis=1) if z.size else z
-    limit = float(np.finfo(np.float32).max)
-    if span.size and not span.max() <= limit:
-        i = int(np.argmax(span))
-        raise DataError(
-            f"logits: row {i} spans {z[i].min():.3g} to {z[i].max():.3g}, more than float32 "
-            f"can hold ({limit:.3g}); scheme {name!r} trains in float32, where the softmax of "
-            "such logits overflows: scale the logits down")
-
-
 class _TrainingScheme(Scheme):
     name: str = ""
     #: whether h is trained together with g
@@ -511,6 +535,7 @@ class _TrainingScheme(Scheme):
     requires = frozenset({"loss", "coverage"})
     selector_must_be_trainable = True
     loss_reads_recalibrator_log_probs = True
+    judges_epochs = True  # FitContext.judge stops replicas at its rungs (_train_judged)
 
     def __init__(
         self,
@@ -530,7 +555,7 @@ class _TrainingScheme(Scheme):
 
     def _prepare(self, outputs, selector, recalibrator, loss, coverage) -> None:
         check_outputs(outputs, f"scheme {self.name!r}", min_rows=1)
-        _check_args(self.name, selector, recalibrator, loss, coverage)
+        check_args(self.name, selector, recalibrator, loss, coverage)
         check_logit_range(outputs, self.name)
 
     def _check_job(self, job: FitJob) -> None:

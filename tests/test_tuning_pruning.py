@@ -1,0 +1,223 @@
+"""Multi-fidelity tuning (``tuning.pruner``, issue 37): the trials of a batch report the
+held-out objective at successive-halving rungs (Optuna's ``SuccessiveHalvingPruner``), the
+losing ones are pruned and dropped from the batch's model; the study is deterministic,
+resumable after a kill and records its pruned trials."""
+
+from __future__ import annotations
+
+import numpy as np
+import optuna
+import pytest
+from conftest import sampled_linear_task
+from selbench import ModelOutputs, SelectiveRecalibrator
+from selbench.contract.search import Tune
+from selbench.execution import tuning as tuning_mod
+from selbench.execution.tuning import TuningRequest, inner_split, rungs, tune_cell, with_params
+from selbench.spec.model import PrunerSpec, TuningSpec
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+PARAMS = {
+    "scheme": {"name": "joint", "params": {"epochs": 6, "batch_size": 50, "lr": 1e-3,
+                                           "noise_std": 0.1}},
+    "selector": {"name": "mlp", "params": {"hidden": [8]}},
+    "recalibrator": {"name": "temperature", "params": {}},
+    "loss": {"name": "s-tlbce", "params": {}},
+    "coverage": {"name": "quadratic", "params": {"lam": 8.0}},
+}
+SPACE = {"scheme.lr": Tune.log_uniform(1e-4, 1e-1), "scheme.epochs": Tune.choice(3, 6, 12),
+         "scheme.noise_std": Tune.uniform(0.0, 0.5), "coverage.lam": Tune.log_uniform(1, 64)}
+SPACE_SPEC = {"scheme.lr": {"log_uniform": [1e-4, 1e-1]}, "scheme.epochs": {"choice": [3, 6, 12]},
+              "scheme.noise_std": {"uniform": [0.0, 0.5]}, "coverage.lam": {"log_uniform": [1, 64]}}
+PRUNER = PrunerSpec(name="successive-halving", min_epochs=1, reduction_factor=3)
+TOL = 1e-5  # a replica continued after restacking: the per-replica Adam, float rounding
+
+
+def outputs(n=200, seed=3) -> ModelOutputs:
+    rng = np.random.default_rng(seed)
+    x, z, labels = sampled_linear_task(rng, n, 6, 3)
+    x[: n // 3, 0] += 3.0  # a cluster the selector can learn to reject
+    labels[: n // 3] = rng.integers(0, 3, n // 3)
+    return ModelOutputs(features=x.astype(np.float32), logits=(2 * z).astype(np.float32),
+                        labels=labels)
+
+
+def make(chosen):
+    return SelectiveRecalibrator(**with_params(PARAMS, chosen), beta=0.7, seed=0, device="cpu")
+
+
+def tune(tmp_path, name, trials=10, pruner=PRUNER, sampler="random"):
+    block = TuningSpec(trials=trials, objective="ece1", sampler=sampler, inner=0.3,
+                       pruner=pruner)
+    return tune_cell(TuningRequest(
+        params=PARAMS, space=SPACE, tuning=block, fitting=outputs(), make=make, seed=0,
+        method_key="m", beta=0.7, journal=tmp_path / f"{name}.journal", study="s"))
+
+
+def test_rungs_are_optunas_successive_halving_steps():
+    assert rungs(PRUNER)[:4] == (1, 3, 9, 27)
+    assert rungs(PrunerSpec(name="successive-halving", min_epochs=25, reduction_factor=3,
+                            min_early_stopping_rate=1))[:3] == (75, 225, 675)
+
+
+def test_a_reported_value_is_the_objective_of_the_trial_trained_that_long(tmp_path):
+    """At a rung a trial reports the study's objective (ECE₁ at β on the held-out rows, the
+    core's metric code) of its selector and recalibrator as they stand: the value of the
+    same configuration trained alone for that many epochs, also after the batch's model was
+    restacked without the pruned replicas (its Adam moments and generators carried on)."""
+    info = tune(tmp_path, "r")
+    fitting = outputs()
+    inner, held = inner_split(len(fitting), 0.3, 0)
+    checked = set()
+    for h in info["history"]:
+        for epoch, value in h["reported"].items():
+            chosen = {**h["params"], "scheme.epochs": int(epoch)}
+            alone = make(chosen).fit(fitting.subset(inner))
+            ref = alone.evaluate(fitting.subset(held), betas=[0.7])["ece1"][0]
+            assert value == pytest.approx(ref, rel=TOL, abs=1e-7)
+            checked.add(int(epoch))
+        if h["value"] is not None and str(h["params"]["scheme.epochs"]) in h["reported"]:
+            assert h["value"] == h["reported"][str(h["params"]["scheme.epochs"])]
+    assert checked >= {1, 3}  # trials continued past a restack are among them
+
+
+def test_a_pruned_study_is_deterministic_and_records_its_pruned_trials(tmp_path):
+    a, b = tune(tmp_path, "a"), tune(tmp_path, "b")
+    assert a["history"] == b["history"] and a["chosen"] == b["chosen"]
+    pruned = [h for h in a["history"] if h["value"] is None]
+    assert a["pruned"] == len(pruned) >= 3 and a["pruner"]["min_epochs"] == 1
+    for h in pruned:  # stopped at a rung below its own epochs, where it lost
+        assert h["pruned_at"] in (1, 3, 9) and h["pruned_at"] <= h["params"]["scheme.epochs"]
+        assert list(h["reported"])[-1] == str(h["pruned_at"])
+    complete = [h["value"] for h in a["history"] if h["value"] is not None]
+    assert a["best_value"] == min(complete) and a["history"][a["best_trial"]]["value"] is not None
+    storage = tuning_mod.journal_storage(tmp_path / "a.journal")
+    trials = optuna.load_study(study_name="s", storage=storage).trials
+    states = [t.state for t in sorted(trials, key=lambda t: t.user_attrs["selbench_index"])]
+    assert states == [optuna.trial.TrialState.PRUNED if h["value"] is None
+                      else optuna.trial.TrialState.COMPLETE for h in a["history"]]
+    for t, h in zip(sorted(trials, key=lambda t: t.user_attrs["selbench_index"]),
+                    a["history"]):
+        assert {str(k): v for k, v in t.intermediate_values.items()} == h["reported"]
+        assert all(k.startswith("completed_rung_") for k in t.system_attrs)
+
+
+def test_a_pruned_study_resumes_after_a_kill(tmp_path, monkeypatch):
+    """Killed while writing the second batch (TPE: trials 10-12), then rerun: the batch's
+    other trials are judged against the rung values of those the journal holds, and the
+    study is the uninterrupted one."""
+    straight = tune(tmp_path, "straight", trials=13, sampler="tpe")
+    real, calls = tuning_mod._record, {"n": 0}
+
+    def killed(*args, **kw):
+        calls["n"] += 1
+        if calls["n"] == 12:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(tuning_mod, "_record", killed)
+    with pytest.raises(KeyboardInterrupt):
+        tune(tmp_path, "cut", trials=13, sampler="tpe")
+    monkeypatch.setattr(tuning_mod, "_record", real)
+    resumed = tune(tmp_path, "cut", trials=13, sampler="tpe")
+    assert resumed["history"] == straight["history"]
+    assert resumed["chosen"] == straight["chosen"]
+
+
+def test_pruning_drops_replicas_from_the_model(tmp_path, monkeypatch):
+    """The pruned trials leave the batch's model: each later engine call trains fewer
+    replicas, and the replica-epochs trained are fewer than the unpruned study's."""
+    calls = []
+    from selbench.training import engine
+
+    real = engine.train_replicas
+
+    def recording(job, resume=None):
+        epochs = job.hyper.epochs
+        calls.append((len(job.data.seeds), epochs if isinstance(epochs, int) else max(epochs)))
+        return real(job, resume)
+
+    monkeypatch.setattr("selbench_plugins.schemes.training.train_replicas", recording)
+    pruned = tune(tmp_path, "p")
+    pruned_calls, calls[:] = list(calls), []
+    tune(tmp_path, "u", pruner=None)
+    unpruned_calls = list(calls)
+    assert len(unpruned_calls) == 1 and unpruned_calls[0] == (20, 12)  # 10 trials, 10 spares
+    replicas = [r for r, _ in pruned_calls]
+    assert replicas[0] == 11 and replicas == sorted(replicas, reverse=True)  # one spare
+    assert replicas[-1] < replicas[0]
+    assert sum(r * e for r, e in pruned_calls) < 0.5 * sum(r * e for r, e in unpruned_calls)
+    assert pruned["pruned"] > 0
+
+
+def test_a_bad_pruner_is_one_line_and_exit_2(write_spec, capsys):
+    from conftest import tiny_spec
+    from selbench.cli import main
+
+    hb = {"label": "HB", "scheme": {"name": "recalibration"},
+          "recalibrator": {"name": "histogram-binning"}}
+    for pruner, message in [
+        ({"name": "hyperband", "min_epochs": 5}, "successive-halving"),
+        ({"name": "successive-halving", "min_epochs": 5, "reduction_factor": 1},
+         "reduction_factor"),
+        ({"name": "successive-halving"}, "min_epochs"),
+    ]:
+        spec = tiny_spec(methods=[hb], tuning={"trials": 2, "objective": "ece1",
+                                               "pruner": pruner})
+        assert main(["validate", str(write_spec(spec))]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "pruner" in err and message in err and "Traceback" not in err
+    spec = tiny_spec(methods=[hb], tuning={"trials": 2, "objective": "ece1", "folds": 3,
+                                           "pruner": {"name": "successive-halving",
+                                                      "min_epochs": 5}})
+    assert main(["validate", str(write_spec(spec))]) == 2
+    assert "pruner needs one held-out part (folds: 1)" in capsys.readouterr().err
+
+
+def test_a_pruned_spec_runs_the_same_inline_and_on_a_pool(tmp_path):
+    """A spec's pruned study (``tuning.pruner``) through the runner: its record says so,
+    and the local pool's workers compute the inline run's trials and leaderboard."""
+    from conftest import tiny_spec
+    from selbench.execution.runner import run
+    from test_tuning import _records, _tuning
+
+    trained = {"label": "Trained", "scheme": {"name": "sequential",
+                                              "params": {"epochs": 4, "batch_size": 50}},
+               "selector": {"name": "mlp", "params": {"hidden": [8]}},
+               "recalibrator": {"name": "temperature"},
+               "loss": {"name": "s-tlbce"}, "coverage": {"name": "quadratic"},
+               "search": {"scheme.lr": {"log_uniform": [1e-4, 1e-1]},
+                          "scheme.epochs": {"choice": [2, 6]}}}
+    spec = tiny_spec(name="pruned", seeds=(0, 1), methods=[trained], bootstrap={"resamples": 0},
+                     tuning={"trials": 6, "objective": "ece1", "sampler": "random",
+                             "pruner": {"name": "successive-halving", "min_epochs": 1,
+                                        "reduction_factor": 2}})
+    run(spec, out_dir=tmp_path / "inline", progress=False, plots=False, device="cpu")
+    run(spec, out_dir=tmp_path / "local", progress=False, plots=False, device="cpu",
+        executor="local", workers=2)
+    assert _tuning(tmp_path / "inline") == _tuning(tmp_path / "local")
+    for name in ("leaderboard.csv", "leaderboard.md"):
+        assert ((tmp_path / "local" / name).read_text()
+                == (tmp_path / "inline" / name).read_text())
+    rec = _records(tmp_path / "inline")[("Trained", 0)]["tuning"]
+    assert rec["pruner"] == {"name": "successive-halving", "min_epochs": 1,
+                             "reduction_factor": 2, "min_early_stopping_rate": 0}
+    assert rec["pruned"] == sum(h["value"] is None for h in rec["history"]) > 0
+    md = (tmp_path / "inline" / "leaderboard.md").read_text()
+    assert ("the losing trials stopped early by successive halving (Optuna's pruner: judged "
+            "at epoch 1, then at 2× as many epochs each time, 1 in 2 going on)") in md
+
+
+def test_the_python_search_takes_a_pruner():
+    import selbench
+
+    data = outputs()
+    search = selbench.tune(make({}), data.logits, data.labels, data.features, trials=6,
+                           sampler="random", search=dict(SPACE_SPEC), progress=False,
+                           pruner={"name": "successive-halving", "min_epochs": 1,
+                                   "reduction_factor": 3})
+    values = search.cv_results_["value"]
+    pruned = np.isnan(values)
+    assert search.tuning_["pruned"] == int(pruned.sum()) > 0
+    assert (search.cv_results_["rank"][pruned] == len(values) - pruned.sum() + 1).all()
+    assert search.best_score_ == np.nanmin(values)
