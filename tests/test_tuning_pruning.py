@@ -14,17 +14,10 @@ from selbench.contract.search import Tune
 from selbench.execution import tuning as tuning_mod
 from selbench.execution.tuning import TuningRequest, inner_split, rungs, tune_cell, with_params
 from selbench.spec.model import PrunerSpec, TuningSpec
+from test_tuning_replicas import PARAMS  # the same joint S-TLBCE method
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-PARAMS = {
-    "scheme": {"name": "joint", "params": {"epochs": 6, "batch_size": 50, "lr": 1e-3,
-                                           "noise_std": 0.1}},
-    "selector": {"name": "mlp", "params": {"hidden": [8]}},
-    "recalibrator": {"name": "temperature", "params": {}},
-    "loss": {"name": "s-tlbce", "params": {}},
-    "coverage": {"name": "quadratic", "params": {"lam": 8.0}},
-}
 SPACE = {"scheme.lr": Tune.log_uniform(1e-4, 1e-1), "scheme.epochs": Tune.choice(3, 6, 12),
          "scheme.noise_std": Tune.uniform(0.0, 0.5), "coverage.lam": Tune.log_uniform(1, 64)}
 SPACE_SPEC = {"scheme.lr": {"log_uniform": [1e-4, 1e-1]}, "scheme.epochs": {"choice": [3, 6, 12]},
