@@ -731,6 +731,39 @@ def test_replica_adam_is_the_fused_adam_per_replica_and_freezes_exactly():
         assert torch.equal(stacked.detach()[r], solo[r].detach())
 
 
+def test_replica_adam_with_owners_of_any_layout_is_the_fused_adam_per_replica():
+    """Owners that are not the leading dimension (replicas side by side in a row, one
+    element no replica owns): each replica's elements take the fused Adam's steps with its
+    rate, bit for bit; the unowned element never moves; the moments it reports are laid out
+    as the parameters."""
+    from selbench.training.hyper import ReplicaAdam
+
+    torch.manual_seed(1)
+    lrs = [1e-2, 3e-3, 5e-2]
+    start = torch.randn(48, 3 * 40 + 1)  # columns r*40 .. r*40+39 are replica r's
+    owners = torch.full(start.shape, -1, dtype=torch.int64)
+    for r in range(3):
+        owners[:, r * 40:(r + 1) * 40] = r
+    stacked = torch.nn.Parameter(start.clone())
+    opt = ReplicaAdam([stacked], lrs, weight_decay=1e-3, owners=[owners])
+    solo = [torch.nn.Parameter(start[:, r * 40:(r + 1) * 40].clone()) for r in range(3)]
+    solo_opts = [torch.optim.Adam([p], lr=lr, weight_decay=1e-3, fused=True)
+                 for p, lr in zip(solo, lrs)]
+    for _ in range(25):
+        grad = torch.randn_like(start)
+        stacked.grad = grad
+        opt.step()
+        for r in range(3):
+            solo[r].grad = grad[:, r * 40:(r + 1) * 40].clone()
+            solo_opts[r].step()
+    for r in range(3):
+        assert torch.equal(stacked.detach()[:, r * 40:(r + 1) * 40], solo[r].detach())
+    assert torch.equal(stacked.detach()[:, -1], start[:, -1])
+    steps, exp_avg, exp_avg_sq = opt.moments()
+    assert steps == 25 and exp_avg[0].shape == start.shape
+    assert torch.equal(exp_avg_sq[0][:, :40], solo_opts[0].state[solo[0]]["exp_avg_sq"])
+
+
 def test_replica_owners_reads_each_layout_off_write_back():
     """The owner of each stacked parameter element, for the hand-stacked MLP (its own
     layout) and a torch.func stack (leading replica dimension)."""
