@@ -226,6 +226,18 @@ def test_code_digest_covers_the_modules_a_plugin_imports():
     assert not any(m.startswith("selbench_plugins.datasets") for m in mods)
 
 
+def test_a_trained_plugins_digest_covers_the_whole_training_engine():
+    """The engine's per-replica Adam and CUDA-graph modules decide a trained plugin's
+    numbers as much as the engine does: they are in its digest (they were not before
+    2026-12-02, so an edit of the per-replica Adam reused trained cells)."""
+    from selbench.execution.codeid import module_closure
+
+    mods = module_closure("selbench_plugins.schemes.training")
+    assert {"selbench.training.engine", "selbench.training.hyper",
+            "selbench.training.graphs", "selbench.training.torchutils"} <= set(mods)
+    assert not any(m.startswith("selbench.execution") for m in mods)
+
+
 # --------------------------------------------------------------------------- cached outputs
 @pytest.fixture
 def finished(tmp_path):

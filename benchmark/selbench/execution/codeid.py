@@ -8,10 +8,11 @@ cell. Hand-written version strings play no part in reuse.
 defines it together with every module of the same top-level package that module imports,
 directly or through others, found by reading the ``import`` statements of the source (also
 those inside functions, which a look at ``sys.modules`` would miss), and every module of
-selbench's plugin toolkit (:data:`SUPPORT_MODULES`: the training engine, the torch, vision and input-check helpers
-plugins build on) it imports. A module without Python source (a compiled extension) enters
-by the bytes of its file. Modules of other packages (numpy, torch, the rest of selbench) are
-not included: they are identified by their versions in the run's provenance.
+selbench's plugin toolkit (:data:`SUPPORT_MODULES`, :data:`SUPPORT_PACKAGES`: the training
+engine and its modules, the torch, vision and input-check helpers plugins build on) it
+imports. A module without Python source (a compiled extension) enters by the bytes of its
+file. Modules of other packages (numpy, torch, the rest of selbench) are not included: they
+are identified by their versions in the run's provenance.
 ``selbench_plugins.recalibrators.temperature`` thus covers ``recalibrators/_common.py``,
 :mod:`selbench.training.torchutils` and whatever else of ``selbench_plugins`` it imports, but not the
 dataset plugins.
@@ -33,7 +34,8 @@ from typing import Any
 
 from selbench.util.moved import MOVED
 
-__all__ = ["CORE_MODULES", "SUPPORT_MODULES", "code_digest", "core_digest", "module_closure"]
+__all__ = ["CORE_MODULES", "SUPPORT_MODULES", "SUPPORT_PACKAGES", "code_digest", "core_digest",
+           "module_closure"]
 
 #: The core modules whose source decides the numbers of a cell.
 CORE_MODULES: tuple[str, ...] = (
@@ -48,6 +50,15 @@ SUPPORT_MODULES: frozenset[str] = frozenset(
     {"selbench.contract.checks", "selbench.training.engine", "selbench.training.torchutils",
      "selbench.contract.vision"}
 )
+#: packages whose every module is a support module: the training engine's (the engine
+#: imports its per-replica Adam, noise and CUDA-graph modules, which decide a trained
+#: plugin's numbers as much as the engine does; they were missing from the digest until
+#: 2026-12-02, so an edit of the per-replica Adam reused trained cells)
+SUPPORT_PACKAGES: tuple[str, ...] = ("selbench.training.",)
+
+
+def _support(name: str) -> bool:
+    return name in SUPPORT_MODULES or name.startswith(SUPPORT_PACKAGES)
 
 
 def _origin(name: str) -> Path | None:
@@ -135,7 +146,7 @@ def module_closure_uncached(name: str) -> list[str]:
         for dep in _imports(mod, source):
             # an old, moved path of a support module stands for the module it re-exports
             for real in MOVED.get(dep, (dep,)):
-                if (real.split(".")[0] == top or real in SUPPORT_MODULES) and real not in seen:
+                if (real.split(".")[0] == top or _support(real)) and real not in seen:
                     stack.append(real)
     return sorted(seen)
 
