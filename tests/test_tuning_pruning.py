@@ -11,6 +11,7 @@ import pytest
 from conftest import sampled_linear_task
 from selbench import ModelOutputs, SelectiveRecalibrator
 from selbench.contract.search import Tune
+from selbench.execution import studies
 from selbench.execution import tuning as tuning_mod
 from selbench.execution.tuning import TuningRequest, inner_split, rungs, tune_cell, with_params
 from selbench.spec.model import PrunerSpec, TuningSpec
@@ -100,7 +101,7 @@ def test_a_pruned_study_resumes_after_a_kill(tmp_path, monkeypatch):
     other trials are judged against the rung values of those the journal holds, and the
     study is the uninterrupted one."""
     straight = tune(tmp_path, "straight", trials=13, sampler="tpe")
-    real, calls = tuning_mod._record, {"n": 0}
+    real, calls = studies.record_trial, {"n": 0}
 
     def killed(*args, **kw):
         calls["n"] += 1
@@ -108,10 +109,10 @@ def test_a_pruned_study_resumes_after_a_kill(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real(*args, **kw)
 
-    monkeypatch.setattr(tuning_mod, "_record", killed)
+    monkeypatch.setattr(studies, "record_trial", killed)
     with pytest.raises(KeyboardInterrupt):
         tune(tmp_path, "cut", trials=13, sampler="tpe")
-    monkeypatch.setattr(tuning_mod, "_record", real)
+    monkeypatch.setattr(studies, "record_trial", real)
     resumed = tune(tmp_path, "cut", trials=13, sampler="tpe")
     assert resumed["history"] == straight["history"]
     assert resumed["chosen"] == straight["chosen"]
@@ -214,3 +215,87 @@ def test_the_python_search_takes_a_pruner():
     assert search.tuning_["pruned"] == int(pruned.sum()) > 0
     assert (search.cv_results_["rank"][pruned] == len(values) - pruned.sum() + 1).all()
     assert search.best_score_ == np.nanmin(values)
+
+
+LONG = {**SPACE, "scheme.epochs": Tune.choice(2, 4, 20)}
+# rungs 3, 9, 27: a 20-epoch trial kept at 9 is judged no more and has 11 epochs ahead
+PRUNER_LONG = PrunerSpec(name="successive-halving", min_epochs=3, reduction_factor=3)
+
+
+def tune_long(tmp_path, name, trials=13):
+    block = TuningSpec(trials=trials, objective="ece1", sampler="tpe", inner=0.3,
+                       pruner=PRUNER_LONG)
+    return tune_cell(TuningRequest(
+        params=PARAMS, space=LONG, tuning=block, fitting=outputs(), make=make, seed=0,
+        method_key="m", beta=0.7, journal=tmp_path / f"{name}.journal", study="s"))
+
+
+def test_long_survivors_are_deferred_to_the_last_batch(tmp_path, monkeypatch):
+    """A batch whose kept trials will not be judged again and have more epochs ahead than
+    behind stops them (deferred): they train from the start with the study's last batch,
+    where each ends as the same configuration trained alone; the batch's model trains fewer
+    epochs one after the other than without deferral; the journal holds their deferred
+    record and the one that completes them; the study is deterministic."""
+    stretches: list[int] = []
+    from selbench.training import engine
+
+    real = engine.train_replicas
+
+    def recording(job, resume=None):
+        epochs = job.hyper.epochs
+        stretches.append(epochs if isinstance(epochs, int) else max(epochs))
+        return real(job, resume)
+
+    monkeypatch.setattr("selbench_plugins.schemes.training.train_replicas", recording)
+    a = tune_long(tmp_path, "a")
+    deferred_epochs, stretches[:] = sum(stretches), []
+    deferred = [h for h in a["history"] if "deferred_at" in h]
+    assert deferred and all(h["deferred_at"] == 9 and h["params"]["scheme.epochs"] == 20
+                            and h["value"] is not None for h in deferred)
+    assert all(i < 10 for i, h in enumerate(a["history"]) if "deferred_at" in h)
+    assert a == tune_long(tmp_path, "b")
+    fitting = outputs()
+    inner, held = inner_split(len(fitting), 0.3, 0)
+    for h in deferred:
+        alone = make(h["params"]).fit(fitting.subset(inner))
+        ref = alone.evaluate(fitting.subset(held), betas=[0.7])["ece1"][0]
+        assert h["value"] == pytest.approx(ref, rel=TOL, abs=1e-7)
+        assert list(h["reported"]) == ["3", "9"]  # judged in its own batch only
+    storage = tuning_mod.journal_storage(tmp_path / "a.journal")
+    trials = optuna.load_study(study_name="s", storage=storage).trials
+    for i, h in enumerate(a["history"]):
+        mine = [t for t in trials if t.user_attrs["selbench_index"] == i]
+        if "deferred_at" in h:
+            assert [t.state for t in mine] == [optuna.trial.TrialState.PRUNED,
+                                               optuna.trial.TrialState.COMPLETE]
+            assert mine[1].value == h["value"] and mine[0].user_attrs["selbench_deferred"] == 9
+        else:
+            assert len(mine) == 1
+    monkeypatch.setattr(studies.BatchJudge, "_defer", lambda self, *args: None)
+    undeferred = tune_long(tmp_path, "c")
+    assert not any("deferred_at" in h for h in undeferred["history"])
+    assert deferred_epochs < sum(stretches)
+
+
+@pytest.mark.parametrize("where", ["record_completion", "record_trial"])
+def test_a_deferring_study_resumes_after_a_kill(tmp_path, monkeypatch, where):
+    """Killed while the last batch is written (its own trials, or the deferred trials it
+    completes), then rerun: the study is the uninterrupted one."""
+    straight = tune_long(tmp_path, "straight")
+    assert any("deferred_at" in h for h in straight["history"])
+    real, calls = getattr(studies, where), {"n": 0}
+    at = 1 if where == "record_completion" else 12
+
+    def killed(*args, **kw):
+        calls["n"] += 1
+        if calls["n"] == at:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(studies, where, killed)
+    with pytest.raises(KeyboardInterrupt):
+        tune_long(tmp_path, "cut")
+    monkeypatch.setattr(studies, where, real)
+    resumed = tune_long(tmp_path, "cut")
+    assert resumed["history"] == straight["history"]
+    assert resumed["chosen"] == straight["chosen"]

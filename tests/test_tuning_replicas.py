@@ -14,6 +14,7 @@ from selbench import ModelOutputs, SelectiveRecalibrator
 from selbench.contract.api import FitContext, FitJob, Scheme
 from selbench.contract.registry import get_registry
 from selbench.contract.search import Tune
+from selbench.execution import studies
 from selbench.execution import tuning as tuning_mod
 from selbench.execution.tuning import STARTUP, TuningRequest, tune_cell, with_params
 from selbench.spec.model import TuningSpec
@@ -107,7 +108,7 @@ def test_a_study_killed_between_two_journal_writes_resumes_exactly(tmp_path, mon
     half written): the rerun asks trial 12 from the trials before the batch, as the
     straight study did."""
     straight = tune(tmp_path, 13, sampler="tpe", name="straight")
-    real = tuning_mod._record
+    real = studies.record_trial
     calls = {"n": 0}
 
     def killed(*args, **kw):
@@ -116,10 +117,10 @@ def test_a_study_killed_between_two_journal_writes_resumes_exactly(tmp_path, mon
             raise KeyboardInterrupt
         return real(*args, **kw)
 
-    monkeypatch.setattr(tuning_mod, "_record", killed)
+    monkeypatch.setattr(studies, "record_trial", killed)
     with pytest.raises(KeyboardInterrupt):
         tune(tmp_path, 13, sampler="tpe", name="cut")
-    monkeypatch.setattr(tuning_mod, "_record", real)
+    monkeypatch.setattr(studies, "record_trial", real)
     resumed = tune(tmp_path, 13, sampler="tpe", name="cut")
     assert_same_study(resumed, straight)
 
@@ -142,7 +143,7 @@ def test_a_failing_trial_fails_as_in_the_sequential_study(tmp_path, monkeypatch)
             tune(tmp_path, 6, name=name, make=make)
         storage = tuning_mod._storage(tmp_path / f"{name}.journal")
         trials = optuna.load_study(study_name="s", storage=storage).get_trials()
-        states = {t.user_attrs[tuning_mod.INDEX]: (t.state.name, t.value) for t in trials}
+        states = {t.user_attrs[studies.INDEX]: (t.state.name, t.value) for t in trials}
         return str(err.value), states
 
     batched_error, batched = run_until_failure("batched")

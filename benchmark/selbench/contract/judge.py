@@ -30,7 +30,10 @@ class EpochJudge(abc.ABC):
     rungs: tuple[int, ...] = ()
 
     @abc.abstractmethod
-    def judge(self, epoch: int, jobs: Sequence[FitJob]) -> list[bool]:
+    def judge(self, epoch: int, jobs: Sequence[FitJob],
+              ends: Sequence[int] | None = None) -> list[bool]:
         """Whether each of ``jobs`` (replicas trained ``epoch`` epochs, their selector and
         recalibrator as they stand) keeps training; called with the jobs in the order the
-        scheme received them."""
+        scheme received them. ``ends``: each job's own number of epochs, where the scheme
+        knows it (a judge may then stop a replica that no rung below its end will judge
+        again, to train it later with others: the tuner's deferral)."""

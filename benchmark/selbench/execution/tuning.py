@@ -37,11 +37,26 @@ the trials before it are written. With folds, the batch is fitted once per fold 
 
 With ``pruner`` (multi-fidelity tuning, one held-out part) a batch's trials report the
 objective on the held-out rows at Optuna's successive-halving rungs (:func:`rungs`, in
-epochs) while they train, through a judge on their fit contexts (:class:`_Judge`,
-:mod:`selbench.contract.judge`), and Optuna's ``SuccessiveHalvingPruner`` stops the losing
-ones: a training scheme drops them from the batch's model. A pruned trial is written
-``PRUNED`` with its reported values and rungs (what a resumed study judges the rest of its
-batch against) and is never chosen.
+epochs) while they train, through a judge on their fit contexts
+(:class:`~selbench.execution.studies.BatchJudge`, :mod:`selbench.contract.judge`), and
+Optuna's ``SuccessiveHalvingPruner`` stops the losing ones: a training scheme drops them
+from the batch's model. A pruned trial is written ``PRUNED`` with its reported values and
+rungs (what a resumed study judges the rest of its batch against) and is never chosen.
+
+A batch that is not the study's last does not wait for its long survivors: once no trial it
+keeps will be judged again (no rung below its end) and one has more epochs ahead than
+behind, it stops them (:mod:`selbench.execution.studies`). A deferred trial is written
+``PRUNED`` with ``DEFERRED`` (the epoch) and ``END``, the later batches are asked from it as
+from a complete trial worth its last reported value, and the last batch trains it from the start
+to its end beside its own trials (unjudged), then writes the record that completes it (its
+value, the values it reported). Without this, a batch whose best trial searches 400 epochs
+trains it alone for 300 epochs while the next batch waits: measured on the tuned digits
+experiment, S-MMCE joint, 20 TPE trials, one thread, the machine idle, best of 3 (03:44–03:48
+UTC), 8.1x one untuned fit before, 5.7x with deferral; the same trials asked and chosen
+there (``perf/README.md``, issue 37). A resumed study repeats it: the deferred trials
+the journal has not completed are the last batch's, whatever else it holds; a study extended
+to more trials continues from its journal, its former last batch's trials complete (not
+deferred), so its later asks are not those of a study run straight to the larger number.
 """
 
 from __future__ import annotations
@@ -60,15 +75,16 @@ from typing import Any
 import numpy as np
 
 from selbench.contract.data import ModelOutputs
-from selbench.contract.judge import EpochJudge
 from selbench.contract.search import Tune
+from selbench.execution import studies
 from selbench.execution.codeid import code_digest
 from selbench.execution.guard import fit_guarded
 from selbench.execution.journal import journal_storage
+from selbench.execution.studies import rungs
 from selbench.measure.evaluate import score
 from selbench.measure.metrics import METRICS, auc, selective_metrics
 from selbench.spec import ExperimentSpec, MethodSpec, ResolvedSpec, content_hash
-from selbench.spec.model import PrunerSpec, TuningSpec, is_oracle
+from selbench.spec.model import TuningSpec, is_oracle
 from selbench.spec.search import method_space
 
 __all__ = ["TuningError", "TuningRequest", "fold_splits", "inner_split", "oracle_rows", "rungs",
@@ -90,14 +106,6 @@ BATCH = 5
 RANDOM_BATCH = 20
 #: the seed salt of an oracle's rows of the evaluation split (:func:`oracle_rows`)
 ORACLE_SALT = 0x0AC1E
-#: the user attribute holding a trial's index (0, 1, ...: the order of the sequential study)
-INDEX = "selbench_index"
-#: rungs are listed up to this many epochs (a replica is judged only below its own epochs)
-MAX_RUNG = 10_000_000
-#: the system attributes Optuna's successive-halving pruner keeps on a trial (its rungs)
-RUNG_ATTR = "completed_rung_"
-
-
 def _direct(stage: str, fn: Callable[[], Any]) -> Any:
     return fn()
 
@@ -134,27 +142,6 @@ class TuningRequest:
     study: str = "selbench"
     target: ModelOutputs | None = None
     run: Callable[[str, Callable[[], Any]], Any] = field(default=_direct)
-
-
-def rungs(pruner: PrunerSpec) -> tuple[int, ...]:
-    """The epochs at which a pruned study judges its trials: Optuna's successive-halving
-    rungs ``min_epochs · reduction_factor^(min_early_stopping_rate + k)``, k = 0, 1, ..."""
-    out, k = [], pruner.min_early_stopping_rate
-    while (epoch := pruner.min_epochs * pruner.reduction_factor ** k) <= MAX_RUNG:
-        out.append(epoch)
-        k += 1
-    return tuple(out)
-
-
-def _pruner(p: PrunerSpec | None) -> Any:
-    """Optuna's pruner of a pruned study (None: the study is not pruned)."""
-    import optuna
-
-    if p is None:
-        return None
-    return optuna.pruners.SuccessiveHalvingPruner(
-        min_resource=p.min_epochs, reduction_factor=p.reduction_factor,
-        min_early_stopping_rate=p.min_early_stopping_rate)
 
 
 class TuningError(ValueError):
@@ -300,7 +287,7 @@ def trial_batches(trials: int, sampler: str) -> list[range]:
 
 
 def _fit_together(estimators: list[Any], outputs: ModelOutputs,
-                  judge: _Judge | None = None) -> None:
+                  judge: studies.BatchJudge | None = None) -> None:
     """Fit unfitted estimators on ``outputs`` as :meth:`SelectiveRecalibrator.fit` would,
     their schemes' jobs fitted by one
     :meth:`~selbench.contract.api.Scheme.fit_configurations` call per scheme class (the
@@ -339,7 +326,7 @@ class _Objective:
         self.pruner = tuning.pruner
 
     def fit(self, chosen: list[dict[str, Any]], rows: ModelOutputs,
-            judge: _Judge | None = None) -> tuple[list[Any], BaseException | None]:
+            judge: studies.BatchJudge | None = None) -> tuple[list[Any], BaseException | None]:
         """The fitted estimators of the trials ``chosen`` on ``rows``, fitted together; when
         that fails, fitted one by one as the sequential procedure did, up to the first that
         fails (returned with its error, which the caller raises after telling the others).
@@ -353,8 +340,9 @@ class _Objective:
             except (KeyboardInterrupt, GeneratorExit):
                 raise
             except BaseException:  # some trial fails: fitted one by one below, to tell which
-                if judge is not None:
-                    judge.pruned.clear()  # the trials below train to their end
+                if judge is not None:  # the trials below train to their end
+                    judge.pruned.clear()
+                    judge.deferred.clear()
         fitted = []
         for c in chosen:
             est = self.make(c)
@@ -368,7 +356,7 @@ class _Objective:
             fitted.append(est)
         return fitted, None
 
-    def values(self, chosen: list[dict[str, Any]], judge: _Judge | None = None
+    def values(self, chosen: list[dict[str, Any]], judge: studies.BatchJudge | None = None
                ) -> tuple[list[float | None], BaseException | None]:
         """The objective of each of the trials ``chosen`` (one split after the other, each a
         batch), up to the first trial that fails to fit or to score on some split, with that
@@ -381,7 +369,7 @@ class _Objective:
             if exc is not None:
                 n_ok, error = len(fitted), exc
             for i, est in enumerate(fitted[:n_ok]):
-                if judge is not None and i in judge.pruned:
+                if judge is not None and (i in judge.pruned or i in judge.deferred):
                     continue
                 try:
                     sums[i] += self.score(est, held)
@@ -390,8 +378,8 @@ class _Objective:
                 except BaseException as exc:
                     n_ok, error = i, exc
                     break
-        pruned = judge.pruned if judge is not None else {}
-        return [None if i in pruned else total / len(self.splits)
+        stopped = {**judge.pruned, **judge.deferred} if judge is not None else {}
+        return [None if i in stopped else total / len(self.splits)
                 for i, total in enumerate(sums[:n_ok])], error
 
     def score(self, est: Any, held: ModelOutputs) -> float:
@@ -418,71 +406,6 @@ class _Objective:
         return v if math.isfinite(v) else self.sign * WORST
 
 
-class _Judge(EpochJudge):
-    """A pruned study's judge of one batch of trials (:mod:`selbench.contract.judge`): at a
-    rung, each trial's objective on the held-out rows (:meth:`_Objective.score`, the value
-    the study scores, from the trial's selector and recalibrator as they stand) is reported
-    to its Optuna trial, and Optuna's successive-halving pruner decides
-    (``trial.should_prune``), the trials of the batch one after the other in index order.
-
-    Optuna's pruner is asynchronous (ASHA): a trial goes on when it is in the best
-    1/reduction_factor of the trials that reached the rung before it. The replicas of a
-    batch reach a rung in lockstep, so the order in which they are judged is ours to set:
-    the index order, as if they had reached it one after the other, which a study resumed
-    after a kill repeats (the batch's trials already in the journal are the first ones,
-    and their rung values are in the pruner's study). Judging a batch's replicas together
-    instead (successive halving within the batch, Optuna's rule against all their values
-    at once) was measured no cheaper (S-TLBCE joint on the tuned digits experiment, 20 TPE
-    trials, CPU time over one untuned fit: 3.7x against 3.3x in index order with
-    min_epochs 25 and reduction factor 4, 9.6x against 7.5x with factor 3; the same
-    chosen trial; one run each, load about 8 on 2 cores), so Optuna's own
-    ``trial.should_prune`` decides."""
-
-    def __init__(self, objective: _Objective, trials: list[Any], held: ModelOutputs):
-        self.rungs = rungs(objective.pruner)
-        self.objective, self.trials, self.held = objective, trials, held
-        self.members: dict[int, tuple[int, Any, Any, ModelOutputs]] = {}
-        self.pruned: dict[int, int] = {}
-
-    def bind(self, position: int, est: Any, built: Any, rows: ModelOutputs) -> None:
-        """The estimator of the batch's trial ``position`` (its built components)."""
-        built.context.judge = self
-        self.members[id(built.context)] = (position, est, built, rows)
-
-    def judge(self, epoch: int, jobs: Sequence[Any]) -> list[bool]:
-        keep = []
-        for job in jobs:
-            position, est, built, rows = self.members[id(job.context)]
-            est._adopt(built, rows)
-            trial = self.trials[position]
-            trial.report(self.objective.score(est, self.held), epoch)
-            pruned = bool(trial.should_prune())
-            if pruned:
-                self.pruned[position] = epoch
-            keep.append(not pruned)
-        return keep
-
-
-def _complete(study: Any) -> list[Any]:
-    """The study's finished trials 0, 1, ..., up to the first index it lacks (the first of
-    a trial written twice; a trial without a valid index is not one of ours): complete
-    ones, and the pruned ones of a pruned study."""
-    import optuna
-
-    states = optuna.trial.TrialState
-    done = study.get_trials(deepcopy=False, states=(states.COMPLETE, states.PRUNED))
-    by_index: dict[int, Any] = {}
-    for t in done:
-        index = t.user_attrs.get(INDEX)
-        if isinstance(index, int) and not isinstance(index, bool) and \
-                (t.value is not None or t.state == states.PRUNED):
-            by_index.setdefault(index, t)
-    out = []
-    while len(out) in by_index:
-        out.append(by_index[len(out)])
-    return out
-
-
 def _ask(asking: Any, objective: _Objective, sampler: str, seed: int, index: int,
          fixed: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """Trial ``index`` asked of the in-memory study ``asking``: its sampler seeded by the
@@ -496,30 +419,8 @@ def _ask(asking: Any, objective: _Objective, sampler: str, seed: int, index: int
     return trial, chosen
 
 
-def _record(study: Any, trial: Any, index: int, value: float | None,
-            asking: Any = None) -> None:
-    """Write one trial to the journal's study: complete with ``value``, or failed (None);
-    in a pruned study (``asking``: the in-memory study it was judged in) with its reported
-    values and rungs, pruned when it was."""
-    import optuna
-
-    states = optuna.trial.TrialState
-    state = states.COMPLETE if value is not None else states.FAIL
-    extra: dict[str, Any] = {}
-    if asking is not None:
-        frozen = asking.get_trials(deepcopy=False)[trial.number]
-        extra = {"intermediate_values": dict(frozen.intermediate_values),
-                 "system_attrs": {k: v for k, v in frozen.system_attrs.items()
-                                  if k.startswith(RUNG_ATTR)}}
-        if frozen.state == states.PRUNED:
-            state = states.PRUNED
-    study.add_trial(optuna.trial.create_trial(
-        params=trial.params, distributions=trial.distributions, value=value, state=state,
-        user_attrs={INDEX: index}, **extra))
-
-
 def _run_batch(study: Any, objective: _Objective, batch: range, todo: range, sampler: str,
-               seed: int, configured: dict[str, Any]) -> None:
+               seed: int, configured: dict[str, Any], last: bool = True) -> None:
     """Run the trials ``todo`` of ``batch`` (all of it, or its end after a kill): ask them
     of an in-memory study holding the journal's trials before the batch (what each of the
     batch's trials is sampled from, however much of the batch the journal has), fit them
@@ -527,26 +428,44 @@ def _run_batch(study: Any, objective: _Objective, batch: range, todo: range, sam
     (and those after it, which the one-at-a-time study never reached), its error raised.
     In a pruned study the in-memory study also holds the batch's trials the journal has
     (added once the others are asked: what the pruner compares them with), and a trial the
-    pruner stops is written pruned."""
+    pruner stops is written pruned. A batch that is not the study's ``last`` defers its
+    trials once none of them will be judged again
+    (:class:`~selbench.execution.studies.BatchJudge`): written deferred, asked from as
+    complete with their last reported value, and trained from the start to their end with
+    the last batch's trials (the deferred trials before ``batch.stop`` that the journal has
+    not completed), each then written complete."""
     import optuna
 
-    pruner = _pruner(objective.pruner)
+    pruner = studies.optuna_pruner(objective.pruner)
     asking = optuna.create_study(direction=study.direction,
                                  **({"pruner": pruner} if pruner is not None else {}))
-    finished = _complete(study)
-    asking.add_trials([t for t in finished if t.user_attrs[INDEX] < batch.start])
+    records = studies.finished_records(study)
+    asking.add_trials([studies.as_asked(first) for first, _ in records
+                       if first.user_attrs[studies.INDEX] < batch.start])
     asked = [_ask(asking, objective, sampler, seed, k, configured if k == 0 else {})
              for k in todo]
-    judge = None
+    judge, carried = None, []
     if pruner is not None:
-        asking.add_trials([t for t in finished if batch.start <= t.user_attrs[INDEX] < todo.start])
-        judge = _Judge(objective, [trial for trial, _ in asked], objective.splits[0][1])
-    values, error = objective.values([chosen for _, chosen in asked], judge)
+        asking.add_trials([first for first, _ in records
+                           if batch.start <= first.user_attrs[studies.INDEX] < todo.start])
+        judge = studies.BatchJudge(objective, [trial for trial, _ in asked],
+                                   objective.splits[0][1], defer=not last)
+        if last:
+            carried = [first for first, done in records
+                       if studies.is_deferred(first) and done is None
+                       and first.user_attrs[studies.INDEX] < batch.stop]
+    values, error = objective.values([chosen for _, chosen in asked] +
+                                     [_decoded(t.params, objective.space) for t in carried],
+                                     judge)
     for position, (k, (trial, _)) in enumerate(zip(todo, asked)):
         value = values[position] if position < len(values) else None
         if judge is not None and position in judge.pruned:
             asking.tell(trial, state=optuna.trial.TrialState.PRUNED)
-        _record(study, trial, k, value, asking if judge is not None else None)
+        studies.record_trial(study, trial, k, value, asking if judge is not None else None,
+                judge.deferred.get(position) if judge is not None else None)
+    for position, first in enumerate(carried, start=len(asked)):
+        if position < len(values):
+            studies.record_completion(study, first, values[position], judge.rungs)
     if error is not None:
         raise error
 
@@ -554,14 +473,23 @@ def _run_batch(study: Any, objective: _Objective, batch: range, todo: range, sam
 def _run_trials(study: Any, objective: _Objective, trials: int, sampler: str, seed: int,
                 configured: dict[str, Any]) -> list[Any]:
     """Complete ``trials`` trials of ``study`` (those already complete count), batch by
-    batch (:func:`trial_batches`); the first ``trials`` complete ones, by index."""
+    batch (:func:`trial_batches`), and the deferred ones among them; the first ``trials``
+    finished ones, by index (a deferred trial by the record that completes it)."""
+    batches = trial_batches(trials, sampler)
     while True:
-        done = _complete(study)
-        if len(done) >= trials:
-            return done[:trials]
-        batch = next(b for b in trial_batches(trials, sampler) if len(done) in b)
-        _run_batch(study, objective, batch, range(len(done), batch.stop), sampler, seed,
-                   configured)
+        records = studies.finished_records(study)
+        if len(records) >= trials:
+            if not any(studies.is_deferred(first) and done is None
+                       for first, done in records[:trials]):
+                return [first if done is None else done for first, done in records[:trials]]
+            # written up to the last batch's trials, not the completions: those alone
+            last = batches[-1]
+            _run_batch(study, objective, last, range(last.stop, last.stop), sampler, seed,
+                       configured)
+            continue
+        batch = next(b for b in batches if len(records) in b)
+        _run_batch(study, objective, batch, range(len(records), batch.stop), sampler, seed,
+                   configured, last=batch == batches[-1])
 
 
 def _splits(tuning: TuningSpec, fitting: ModelOutputs, seed: int,
@@ -595,6 +523,8 @@ def _history(done: list[Any], space: dict[str, Tune]) -> list[dict[str, Any]]:
             entry.update(value=None, pruned_at=int(t.last_step))
         else:
             entry["value"] = float(t.value)
+        if studies.DEFERRED in t.user_attrs:
+            entry["deferred_at"] = int(t.user_attrs[studies.DEFERRED])
         if t.intermediate_values:
             entry["reported"] = {str(k): float(v) for k, v in
                                  sorted(t.intermediate_values.items())}

@@ -364,7 +364,8 @@ def _train_judged(name: str, reps: list[_Replica], judge: Any, train_h: bool) ->
         state = train_replicas(part.job, state)
         _write_back(part, to_cpu=False)
         judged = [r for r in alive if stop in rungs]
-        keep = judge.judge(stop, [r.job for r in judged]) if judged else []
+        keep = judge.judge(stop, [r.job for r in judged],
+                           [int(r.params.epochs) for r in judged]) if judged else []
         dropped = {id(r) for r, k in zip(judged, keep) if not k}
         survivors = [r for r in alive if id(r) not in dropped and int(r.params.epochs) > stop]
         if survivors and len(survivors) < len(alive):
