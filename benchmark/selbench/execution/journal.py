@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from selbench.store.results import ResultsError, link_message
+from selbench.store.results import ResultsError, open_plain_file
 from selbench.util.files import atomic_write_text
 
 try:  # Optuna >= 4.0
@@ -43,27 +42,11 @@ except ImportError:  # pragma: no cover - Optuna 3.x
 
 __all__ = ["JournalBackend", "journal_storage", "read_journal"]
 
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def _open(path: Path, flags: int) -> int:
-    """A descriptor of the plain file ``path`` (never through a link); :class:`ResultsError`
-    naming it when it is a symbolic link, a hard link or not a plain file."""
-    try:
-        fd = os.open(path, flags | _NOFOLLOW, 0o666)
-    except OSError as exc:
-        if path.is_symlink():
-            raise ResultsError(link_message(path)) from None
-        raise ResultsError(f"cannot open the tuning journal {path}: "
-                           f"{exc.strerror or exc}") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-        os.close(fd)
-        what = ("not a plain file" if not stat.S_ISREG(info.st_mode)
-                else f"a hard link ({info.st_nlink} names) to a file that may lie elsewhere")
-        raise ResultsError(f"the tuning journal {path} is {what}; selbench never writes "
-                           "through a link in a results directory: remove it")
-    return fd
+    """A descriptor of the plain journal file ``path`` (never through a link)."""
+    return open_plain_file(path, flags, "the tuning journal")
 
 
 class _Memory(BaseJournalBackend):

@@ -104,26 +104,32 @@ def link_message(path: Path, root: Path | None = None) -> str:
             "in a results directory: remove it")
 
 
-def open_lock_file(path: Path) -> int:
-    """A descriptor of the lock file ``path``, created if absent, opened read-write without
-    following a link and without truncating it; :class:`ResultsError` naming ``path`` when it
-    is a symbolic link, a hard link to another file (more than one name) or not a plain file,
-    or cannot be opened."""
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+def open_plain_file(path: Path, flags: int, what: str) -> int:
+    """A descriptor of the plain file ``path`` (``what`` names it in messages: "the lock
+    file", "the tuning journal"), opened with ``flags`` and never through a link;
+    :class:`ResultsError` naming ``path`` when it is a symbolic link, a hard link to another
+    file (more than one name) or not a plain file, or cannot be opened."""
+    flags |= getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags, 0o666)
     except OSError as exc:
         if path.is_symlink():  # ELOOP (Linux), EMLINK (FreeBSD): O_NOFOLLOW refused a link
             raise ResultsError(link_message(path)) from None
-        raise ResultsError(f"cannot open the lock file {path}: {exc.strerror or exc}") from None
+        raise ResultsError(f"cannot open {what} {path}: {exc.strerror or exc}") from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
         os.close(fd)
-        what = ("not a plain file" if not stat.S_ISREG(info.st_mode)
+        kind = ("not a plain file" if not stat.S_ISREG(info.st_mode)
                 else f"a hard link ({info.st_nlink} names) to a file that may lie elsewhere")
-        raise ResultsError(f"the lock file {path} is {what}; selbench never writes through a "
+        raise ResultsError(f"{what} {path} is {kind}; selbench never writes through a "
                            "link in a results directory: remove it")
     return fd
+
+
+def open_lock_file(path: Path) -> int:
+    """A descriptor of the lock file ``path``, created if absent, opened read-write without
+    following a link and without truncating it (:func:`open_plain_file`)."""
+    return open_plain_file(path, os.O_RDWR | os.O_CREAT, "the lock file")
 
 
 @contextmanager
