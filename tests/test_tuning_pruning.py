@@ -299,3 +299,30 @@ def test_a_deferring_study_resumes_after_a_kill(tmp_path, monkeypatch, where):
     resumed = tune_long(tmp_path, "cut")
     assert resumed["history"] == straight["history"]
     assert resumed["chosen"] == straight["chosen"]
+
+
+def test_the_leaderboard_says_how_many_trials_were_deferred(tmp_path):
+    """The tuning note of a pruned TPE study counts the trials it deferred (over the
+    experiment's methods and seeds); a study that deferred none reads as before."""
+    from types import SimpleNamespace
+
+    from selbench.reporting.tuned import tuning_line, tuning_summary
+
+    info = tune_long(tmp_path, "a")
+    n = sum("deferred_at" in h for h in info["history"])
+    assert n > 0
+    block = {"trials": 13, "objective": "ece1", "inner": 0.3, "sampler": "tpe",
+             "pruner": PRUNER_LONG.model_dump(mode="json")}
+    exp = {"name": "e", "tuning": block, "methods": [{"label": "m"}]}
+
+    def line(history):
+        cell = {"experiment": "e", "method": "m", "seed": 0,
+                "tuning": {**info, "history": history}}
+        return tuning_line(tuning_summary(SimpleNamespace(cells=[cell, {**cell, "seed": 1}]),
+                                          exp), 0.7)
+
+    assert f"; {2 * n} trials (over its methods and seeds) kept past their last judgement " \
+           "were deferred and trained to their end with the study's last batch)" in line(
+               info["history"])
+    plain = line([{k: v for k, v in h.items() if k != "deferred_at"} for h in info["history"]])
+    assert "deferred" not in plain and "1 in 3 going on)" in plain
