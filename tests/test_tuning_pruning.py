@@ -222,11 +222,11 @@ LONG = {**SPACE, "scheme.epochs": Tune.choice(2, 4, 20)}
 PRUNER_LONG = PrunerSpec(name="successive-halving", min_epochs=3, reduction_factor=3)
 
 
-def tune_long(tmp_path, name, trials=13):
+def tune_long(tmp_path, name, trials=13, seed=0):
     block = TuningSpec(trials=trials, objective="ece1", sampler="tpe", inner=0.3,
                        pruner=PRUNER_LONG)
     return tune_cell(TuningRequest(
-        params=PARAMS, space=LONG, tuning=block, fitting=outputs(), make=make, seed=0,
+        params=PARAMS, space=LONG, tuning=block, fitting=outputs(), make=make, seed=seed,
         method_key="m", beta=0.7, journal=tmp_path / f"{name}.journal", study="s"))
 
 
@@ -301,6 +301,101 @@ def test_a_deferring_study_resumes_after_a_kill(tmp_path, monkeypatch, where):
     assert resumed["chosen"] == straight["chosen"]
 
 
+def test_promoted_is_optunas_successive_halving_rule():
+    """The rule a deferred trial is judged again by is the one Optuna's pruner applies
+    (its private helper, read here only to hold the copy to it), ties and both directions
+    included."""
+    from optuna.pruners._successive_halving import _is_trial_promotable_to_next_rung
+    from optuna.study import StudyDirection
+
+    rng = np.random.default_rng(0)
+    checked = {True: 0, False: 0}
+    for _ in range(400):
+        pool = rng.random(5)
+        values = [float(v) for v in rng.choice(pool, int(rng.integers(1, 14)))]
+        value, factor = values[int(rng.integers(len(values)))], int(rng.integers(2, 5))
+        for minimize, direction in ((True, StudyDirection.MINIMIZE),
+                                    (False, StudyDirection.MAXIMIZE)):
+            mine = studies.promoted(value, values, factor, minimize)
+            assert mine == _is_trial_promotable_to_next_rung(value, list(values), factor,
+                                                             direction)
+            checked[mine] += 1
+    assert min(checked.values()) > 100
+
+
+def test_the_last_batch_judges_a_deferred_trial_again_where_it_was_deferred(tmp_path,
+                                                                             monkeypatch):
+    """A deferred trial goes on past the rung it was deferred at only when its value there
+    is still among the best 1/reduction_factor of every trial that reached the rung once
+    the last batch's trials have (seed 2: its batch promoted the first of two at rung 9, as
+    Optuna promotes the best of fewer than reduction_factor trials; judged again beside the
+    second, it is dropped and the second kept); a dropped
+    one ends pruned where it was deferred (journal: its deferred record, then one with
+    ``selbench_dropped``), is never chosen, and a study killed before it is written
+    resumes to the uninterrupted one."""
+    info = tune_long(tmp_path, "a", seed=2)
+    history = info["history"]
+    deferred = [h for h in history if "deferred_at" in h]
+    assert sorted(h["value"] is None for h in deferred) == [False, True]
+    for h in deferred:
+        rung = str(h["deferred_at"])
+        competing = [x["reported"][rung] for x in history if rung in x.get("reported", {})]
+        kept = studies.promoted(h["reported"][rung], competing, 3, True)
+        assert kept == (h["value"] is not None)
+        if not kept:
+            assert h["pruned_at"] == h["deferred_at"] == 9 and list(h["reported"]) == ["3", "9"]
+            assert h["params"] != info["chosen"]
+    dropped = next(i for i, h in enumerate(history) if "deferred_at" in h and h["value"] is None)
+    storage = tuning_mod.journal_storage(tmp_path / "a.journal")
+    mine = [t for t in optuna.load_study(study_name="s", storage=storage).trials
+            if t.user_attrs["selbench_index"] == dropped]
+    assert [t.state for t in mine] == [optuna.trial.TrialState.PRUNED] * 2
+    assert [t.user_attrs.get(studies.DROPPED) for t in mine] == [None, 9]
+    assert info == tune_long(tmp_path, "b", seed=2)
+
+    real = studies.record_completion
+
+    def killed(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(studies, "record_completion", killed)
+    with pytest.raises(KeyboardInterrupt):
+        tune_long(tmp_path, "cut", seed=2)
+    monkeypatch.setattr(studies, "record_completion", real)
+    assert tune_long(tmp_path, "cut", seed=2) == info
+
+
+def test_a_trial_deferred_at_the_first_rung_is_not_judged_again():
+    """At the first rung a deferred trial goes on as its batch decided (the exploration
+    Optuna's rule grants a study's first trials); above it, it is judged again."""
+    from types import SimpleNamespace
+
+    study = optuna.create_study(direction="minimize")
+
+    def record(values, deferred=None):
+        user = {studies.INDEX: len(study.trials)}
+        if deferred is not None:
+            user.update({studies.DEFERRED: deferred, studies.END: 20})
+        trial = optuna.trial.create_trial(
+            params={}, distributions={}, value=values[-1],
+            intermediate_values=dict(zip((3, 9), values)), user_attrs=user,
+            system_attrs={f"{studies.RUNG_ATTR}{k}": v for k, v in enumerate(values)})
+        study.add_trial(trial)
+        return trial
+
+    for v in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6):
+        record([v, v])
+    carried = [record([0.9], deferred=3), record([0.05, 0.9], deferred=9)]
+    judge = studies.BatchJudge(SimpleNamespace(pruner=PRUNER_LONG), [], None,
+                               carried=carried, study=study)
+    keep = [True, True]
+    judge._resumes(3, keep, [0, 1])
+    assert keep == [True, True] and not judge.pruned
+    assert not studies.promoted(0.9, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.9, 0.05], 3, True)
+    judge._resumes(9, keep, [0, 1])
+    assert keep == [True, False] and judge.pruned == {1: 9}
+
+
 def test_the_leaderboard_says_how_many_trials_were_deferred(tmp_path):
     """The tuning note of a pruned TPE study counts the trials it deferred (over the
     experiment's methods and seeds); a study that deferred none reads as before."""
@@ -308,9 +403,10 @@ def test_the_leaderboard_says_how_many_trials_were_deferred(tmp_path):
 
     from selbench.reporting.tuned import tuning_line, tuning_summary
 
-    info = tune_long(tmp_path, "a")
+    info = tune_long(tmp_path, "a", seed=2)
     n = sum("deferred_at" in h for h in info["history"])
-    assert n > 0
+    dropped = sum("deferred_at" in h and h["value"] is None for h in info["history"])
+    assert n > dropped > 0
     block = {"trials": 13, "objective": "ece1", "inner": 0.3, "sampler": "tpe",
              "pruner": PRUNER_LONG.model_dump(mode="json")}
     exp = {"name": "e", "tuning": block, "methods": [{"label": "m"}]}
@@ -321,8 +417,8 @@ def test_the_leaderboard_says_how_many_trials_were_deferred(tmp_path):
         return tuning_line(tuning_summary(SimpleNamespace(cells=[cell, {**cell, "seed": 1}]),
                                           exp), 0.7)
 
-    assert f"; {2 * n} trials (over its methods and seeds) kept past their last judgement " \
-           "were deferred and trained to their end with the study's last batch)" in line(
-               info["history"])
+    assert (f"; {2 * n} trials (over its methods and seeds) kept past their last judgement "
+            f"were deferred to the study's last batch, {2 * dropped} of them stopped there "
+            "when judged again beside its trials)") in line(info["history"])
     plain = line([{k: v for k, v in h.items() if k != "deferred_at"} for h in info["history"]])
     assert "deferred" not in plain and "1 in 3 going on)" in plain

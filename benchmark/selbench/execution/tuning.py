@@ -48,15 +48,19 @@ keeps will be judged again (no rung below its end) and one has more epochs ahead
 behind, it stops them (:mod:`selbench.execution.studies`). A deferred trial is written
 ``PRUNED`` with ``DEFERRED`` (the epoch) and ``END``, the later batches are asked from it as
 from a complete trial worth its last reported value, and the last batch trains it from the start
-to its end beside its own trials (unjudged), then writes the record that completes it (its
-value, the values it reported). Without this, a batch whose best trial searches 400 epochs
-trains it alone for 300 epochs while the next batch waits: measured on the tuned digits
-experiment, S-MMCE joint, 20 TPE trials, one thread, the machine idle, best of 3 (03:44–03:48
-UTC), 8.1x one untuned fit before, 5.7x with deferral; the same trials asked and chosen
-there (``perf/README.md``, issue 37). A resumed study repeats it: the deferred trials
-the journal has not completed are the last batch's, whatever else it holds; a study extended
-to more trials continues from its journal, its former last batch's trials complete (not
-deferred), so its later asks are not those of a study run straight to the larger number.
+beside its own trials, judges it again at the rung it was deferred at (Optuna's rule against
+every trial that reached the rung by then: ASHA's promotion when a trial resumes) and, kept,
+to its end, then writes the record that completes it (its value, the values it reported) or,
+dropped, the one that ends it pruned there (``DROPPED``). Without deferral, a batch whose
+best trial searches 400 epochs trains it alone for 300 epochs while the next batch waits:
+measured on the tuned digits experiment, S-MMCE joint, 20 TPE trials, one thread, the
+machine idle, best of 3 (2026-12-02), 8.1x one untuned fit before, 5.7x with deferral, 4.7x
+with the judgement on resumption (a deferred trial the last batch outranked no longer trains
+300 epochs beside the chosen one); the same trial chosen (``perf/README.md``, issue 37). A
+resumed study repeats it: the deferred trials the journal has not completed are the last
+batch's, whatever else it holds; a study extended to more trials continues from its journal,
+its former last batch's trials complete (not deferred), so its later asks are not those of a
+study run straight to the larger number.
 """
 
 from __future__ import annotations
@@ -433,7 +437,8 @@ def _run_batch(study: Any, objective: _Objective, batch: range, todo: range, sam
     (:class:`~selbench.execution.studies.BatchJudge`): written deferred, asked from as
     complete with their last reported value, and trained from the start to their end with
     the last batch's trials (the deferred trials before ``batch.stop`` that the journal has
-    not completed), each then written complete."""
+    not completed), each then written complete, or pruned where it was deferred when the
+    last batch's judgement there drops it (:meth:`~selbench.execution.studies.BatchJudge._resumes`)."""
     import optuna
 
     pruner = studies.optuna_pruner(objective.pruner)
@@ -448,12 +453,13 @@ def _run_batch(study: Any, objective: _Objective, batch: range, todo: range, sam
     if pruner is not None:
         asking.add_trials([first for first, _ in records
                            if batch.start <= first.user_attrs[studies.INDEX] < todo.start])
-        judge = studies.BatchJudge(objective, [trial for trial, _ in asked],
-                                   objective.splits[0][1], defer=not last)
         if last:
             carried = [first for first, done in records
                        if studies.is_deferred(first) and done is None
                        and first.user_attrs[studies.INDEX] < batch.stop]
+        judge = studies.BatchJudge(objective, [trial for trial, _ in asked],
+                                   objective.splits[0][1], defer=not last, carried=carried,
+                                   study=asking)
     values, error = objective.values([chosen for _, chosen in asked] +
                                      [_decoded(t.params, objective.space) for t in carried],
                                      judge)
@@ -465,7 +471,8 @@ def _run_batch(study: Any, objective: _Objective, batch: range, todo: range, sam
                 judge.deferred.get(position) if judge is not None else None)
     for position, first in enumerate(carried, start=len(asked)):
         if position < len(values):
-            studies.record_completion(study, first, values[position], judge.rungs)
+            studies.record_completion(study, first, values[position], judge.rungs,
+                                      judge.pruned.get(position))
     if error is not None:
         raise error
 

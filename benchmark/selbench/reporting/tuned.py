@@ -54,11 +54,13 @@ def tuning_summary(results: ResultSet, exp: dict[str, Any]) -> dict[str, Any] | 
     tuned: dict[str, dict[str, Any]] = {}
     oracle: set[str] = set()
     log: set[tuple[str, str]] = set()  # (method, parameter) tuned over a log-uniform space
-    deferred = 0  # trials a pruned TPE study trained to their end with its last batch
+    deferred = dropped = 0  # trials a pruned TPE study deferred to its last batch; dropped
     for rec in results.cells:
         if rec["experiment"] == exp["name"] and rec.get("tuning"):
             tuned.setdefault(rec["method"], {})[str(rec["seed"])] = rec["tuning"]["chosen"]
-            deferred += sum("deferred_at" in h for h in rec["tuning"].get("history", []))
+            history = rec["tuning"].get("history", [])
+            deferred += sum("deferred_at" in h for h in history)
+            dropped += sum("deferred_at" in h and h.get("value") is None for h in history)
             log.update((rec["method"], p) for p, space in rec["tuning"].get("space", {}).items()
                        if "log_uniform" in space)
             if rec["tuning"].get("oracle"):
@@ -77,7 +79,8 @@ def tuning_summary(results: ResultSet, exp: dict[str, Any]) -> dict[str, Any] | 
             "oracle": [m for m in labels if m in oracle],
             "untuned": [m for m in labels if m not in tuned],
             "fit_split": exp.get("fit_split"), "eval_split": exp.get("eval_split"),
-            "betas": exp.get("betas"), **({"deferred": deferred} if deferred else {})}
+            "betas": exp.get("betas"),
+            **({"deferred": deferred, "dropped": dropped} if deferred else {})}
 
 
 def tuning_entry(results: ResultSet, exp: dict[str, Any]) -> dict[str, Any]:
@@ -115,8 +118,9 @@ def _scored(summary: dict[str, Any], train_beta: Any) -> str:
                 f"{pruner['reduction_factor']}× as many epochs each time, 1 in "
                 f"{pruner['reduction_factor']} going on"
                 + (f"; {summary['deferred']} trials (over its methods and seeds) kept past "
-                   "their last judgement were deferred and trained to their end with the "
-                   "study's last batch" if summary.get("deferred") else "") + ")")
+                   "their last judgement were deferred to the study's last batch, "
+                   f"{summary.get('dropped', 0)} of them stopped there when judged again "
+                   "beside its trials" if summary.get("deferred") else "") + ")")
     if folds > 1:
         return (f"each fitted on {folds - 1} of {folds} folds of the fitting rows (seeded, "
                 f"stratified by the backbone's correctness) and scored by {what} on the "
