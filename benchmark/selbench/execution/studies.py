@@ -242,9 +242,8 @@ def as_asked(t: Any) -> Any:
         system_attrs=t.system_attrs, user_attrs=t.user_attrs)
 
 
-
 def record_trial(study: Any, trial: Any, index: int, value: float | None,
-            asking: Any = None, deferred: tuple[int, int] | None = None) -> None:
+                 asking: Any = None, deferred: tuple[int, int] | None = None) -> None:
     """Write one trial to the journal's study: complete with ``value``, or failed (None);
     in a pruned study (``asking``: the in-memory study it was judged in) with its reported
     values and rungs, pruned when it was, and ``PRUNED`` with :data:`DEFERRED` set to the

@@ -468,7 +468,7 @@ def _run_batch(study: Any, objective: _Objective, batch: range, todo: range, sam
         if judge is not None and position in judge.pruned:
             asking.tell(trial, state=optuna.trial.TrialState.PRUNED)
         studies.record_trial(study, trial, k, value, asking if judge is not None else None,
-                judge.deferred.get(position) if judge is not None else None)
+                             judge.deferred.get(position) if judge is not None else None)
     for position, first in enumerate(carried, start=len(asked)):
         if position < len(values):
             studies.record_completion(study, first, values[position], judge.rungs,
