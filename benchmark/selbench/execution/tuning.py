@@ -48,15 +48,16 @@ keeps will be judged again (no rung below its end) and one has more epochs ahead
 behind, it stops them (:mod:`selbench.execution.studies`). A deferred trial is written
 ``PRUNED`` with ``DEFERRED`` (the epoch) and ``END``, the later batches are asked from it as
 from a complete trial worth its last reported value, and the last batch trains it from the start
-beside its own trials, judges it again at the rung it was deferred at (Optuna's rule against
-every trial that reached the rung by then: ASHA's promotion when a trial resumes) and, kept,
-to its end, then writes the record that completes it (its value, the values it reported) or,
-dropped, the one that ends it pruned there (``DROPPED``). Without deferral, a batch whose
-best trial searches 400 epochs trains it alone for 300 epochs while the next batch waits:
-measured on the tuned digits experiment, S-MMCE joint, 20 TPE trials, one thread, the
-machine idle, best of 3 (2026-12-02), 8.1x one untuned fit before, 5.7x with deferral, 4.7x
-with the judgement on resumption (a deferred trial the last batch outranked no longer trains
-300 epochs beside the chosen one); the same trial chosen (``perf/README.md``, issue 37). A
+beside its own trials, judges it again at the rung it was deferred at unless that is the
+first rung (Optuna's rule against every trial that reached the rung by then: ASHA's
+promotion when a trial resumes; :meth:`~selbench.execution.studies.BatchJudge._resumes`)
+and, kept, to its end, then writes the record that completes it (its value, the values it
+reported) or, dropped, the one that ends it pruned there (``DROPPED``). Without deferral, a
+batch whose best trial searches 400 epochs trains it alone for 300 epochs while the next
+batch waits: measured on the tuned digits experiment, S-MMCE joint, 20 TPE trials, one
+thread, 2026-12-02, 8.1x one untuned fit before, 5.6-5.7x with deferral, 4.7-5.3x in four
+runs with the judgement on resumption (a deferred trial the last batch outranked no longer
+trains 300 epochs beside the chosen one; the same trial chosen): ``perf/README.md``. A
 resumed study repeats it: the deferred trials the journal has not completed are the last
 batch's, whatever else it holds; a study extended to more trials continues from its journal,
 its former last batch's trials complete (not deferred), so its later asks are not those of a
