@@ -18,16 +18,19 @@ coverage λ):
 
 It prints each path's ratio tuning / untuned fit against the target (≤ 5× on a CPU, ≤ 1.5×
 on a GPU), and checks that the trials that do not depend on the batches (random search,
-and TPE's random start) have the previous procedure's parameters.
+and TPE's random start) have the previous procedure's parameters. Beside the seconds it
+prints the training engine's steps of each (:class:`EngineSteps`: the model's mini-batch
+steps whatever its replicas, and replica-steps), which do not drift with the machine.
 
 Multi-fidelity tuning (issue 37): the same trials with ``tuning.pruner`` (Optuna's
 successive-halving pruner, ``--min-epochs`` and ``--reduction-factor``; the losing replicas
 dropped from the batch's model) are timed in the same run, their ratio printed beside the
 unpruned one. ``--quality`` instead runs the pruned and the unpruned study of every trained
-method on ``--seeds`` seeds and prints the chosen configurations' held-out ECE₁ (the study's
-best value) and evaluation ECE₁ (the chosen configuration refitted on the cell's fitting
-rows, at the training β on the evaluation split), and the paired difference pruned −
-unpruned with its standard error and a 95% t interval.
+method on ``--seeds`` seeds (20 by default) and prints the chosen configurations' held-out
+ECE₁ (the study's best value) and evaluation ECE₁ (the chosen configuration refitted on the
+cell's fitting rows, at the training β on the evaluation split), the paired difference
+pruned − unpruned with its standard error and a 95% t interval, and the pruned studies'
+engine steps against an untuned fit's (mean and worst seed).
 """
 
 from __future__ import annotations
@@ -108,6 +111,43 @@ def pruner_of(args: argparse.Namespace) -> Any:
                       reduction_factor=args.reduction_factor)
 
 
+class EngineSteps:
+    """The training engine's work, counted where the built-in schemes and the MLP recalibrator
+    call it (``train_replicas``): ``steps``, the mini-batch steps of the model whatever its
+    replicas (each call trains ``epochs × ⌈rows / batch_size⌉``), and ``replica_steps``,
+    those times the replicas trained. Deterministic, unlike seconds: on this machine a step
+    costs about 0.95 ms plus 0.1 ms a replica for the digits experiment's methods (S-MMCE
+    joint, seed 0, one thread, 2026-12-02), so the steps of a study against those of an
+    untuned fit are the timed ratio without the machine's drift (up to 1.6× within a run)."""
+
+    MODULES = ("selbench_plugins.schemes.training", "selbench_plugins.recalibrators.mlp")
+
+    def __init__(self) -> None:
+        import importlib
+
+        self.steps = self.replica_steps = 0
+        for name in self.MODULES:
+            module = importlib.import_module(name)
+            real = module.train_replicas
+
+            def counting(job: Any, resume: Any = None, real: Any = real) -> Any:
+                rows = int(next(iter(job.data.tables.values())).shape[1])
+                epochs = job.hyper.epochs
+                epochs = epochs if isinstance(epochs, int) else max(epochs)
+                steps = int(epochs) * -(-rows // int(job.schedule.batch_size))
+                self.steps += steps
+                self.replica_steps += steps * len(job.data.seeds)
+                return real(job, resume)
+
+            module.train_replicas = counting
+
+    def of(self, fn: Any) -> tuple[Any, tuple[int, int]]:
+        """``fn()`` and the (steps, replica-steps) it trained."""
+        before = (self.steps, self.replica_steps)
+        value = fn()
+        return value, (self.steps - before[0], self.replica_steps - before[1])
+
+
 def timed(fn: Any, repeats: int) -> tuple[float, float, Any]:
     """(fastest wall seconds, fastest process CPU seconds, the last value) of ``repeats``
     calls of ``fn``: the tuning is timed as the untuned fit is (the best of ``--repeats``;
@@ -134,6 +174,18 @@ def measure(method: str, trials: int, seed: int, sampler: str, device: str, repe
     c = cell(method, seed, device, cache)
     make, fitting = c["make"], c["fitting"]
     make({}).fit(fitting)  # warm-up (first-call costs)
+    counter = EngineSteps() if "pruner" in type(c["tuning"]).model_fields else None
+    steps: dict[str, tuple[int, int]] = {}
+
+    def counted(label: str, fn: Any) -> Any:
+        """``fn``, its engine steps kept under ``label`` (not with an older checkout)."""
+        if counter is None:
+            return fn
+
+        def run() -> Any:
+            value, steps[label] = counter.of(fn)
+            return value
+        return run
     fits: list[tuple[float, float]] = []
 
     def fit_then(fn: Any) -> Any:
@@ -142,7 +194,7 @@ def measure(method: str, trials: int, seed: int, sampler: str, device: str, repe
         0.47 and 0.76 s a few minutes apart), so the fits are taken beside the tunings,
         the best of all of them counting, instead of all before."""
         t0, c0 = time.perf_counter(), time.process_time()
-        make({}).fit(fitting)
+        counted("untuned", lambda: make({}).fit(fitting))()
         fits.append((time.perf_counter() - t0, time.process_time() - c0))
         return timed(fn, 1)
 
@@ -152,15 +204,16 @@ def measure(method: str, trials: int, seed: int, sampler: str, device: str, repe
 
     load_before = load()
     if "pruner" in type(c["tuning"]).model_fields:
-        tune_s, tune_cpu, info = alternated(lambda: tune(c, method, seed, trials, sampler,
-                                                         None))
+        tune_s, tune_cpu, info = alternated(counted("unpruned", lambda: tune(
+            c, method, seed, trials, sampler, None)))
     else:  # an older checkout (--old): no pruner, the keyword call of its tune_cell
         tune_s, tune_cpu, info = alternated(lambda: _old_tune(c, method, seed, trials,
                                                               sampler))
     out = {"tune_s": tune_s, "tune_cpu": tune_cpu, "history": info["history"],
            "threads": torch.get_num_threads()}
     if pruner is not None:
-        wall, cpu, pruned = alternated(lambda: tune(c, method, seed, trials, sampler, pruner))
+        wall, cpu, pruned = alternated(counted("pruned", lambda: tune(
+            c, method, seed, trials, sampler, pruner)))
         out.update(pruned_s=wall, pruned_cpu=cpu, pruned_history=pruned["history"])
         # the floor of any study that finds it: the chosen configuration trained alone on
         # the trials' rows (the inner part), as many epochs as the study trained it
@@ -170,7 +223,8 @@ def measure(method: str, trials: int, seed: int, sampler: str, device: str, repe
         rows = fitting.subset(inner)
         chosen = pruned["chosen"]
         out["chosen_s"] = alternated(lambda: make(chosen).fit(rows))[0]
-    out.update(untuned_s=min(f[0] for f in fits), untuned_cpu=min(f[1] for f in fits),
+    out.update(steps=steps, untuned_s=min(f[0] for f in fits),
+               untuned_cpu=min(f[1] for f in fits),
                untuned_spread=[min(f[0] for f in fits), max(f[0] for f in fits)],
                load=[load_before, load()])
     return out
@@ -250,7 +304,8 @@ def main(argv: list[str] | None = None) -> list[str]:
                     "factor: 1 in this many trials promoted at each rung")
     ap.add_argument("--quality", action="store_true", help="the chosen configurations' "
                     "held-out and evaluation ECE1, pruned against unpruned, on --seeds seeds")
-    ap.add_argument("--seeds", type=int, default=5, help="seeds of --quality (0, 1, ...)")
+    ap.add_argument("--seeds", type=int, default=20, help="seeds of --quality (0, 1, ...; "
+                    "five could not tell a loss of 0.01 ECE1 from noise, perf/README.md)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.device = str(resolve_device(args.device))
@@ -295,24 +350,31 @@ def quality(args: argparse.Namespace, methods: list[str]) -> list[str]:
 
         torch.set_num_threads(args.threads)
     pruner, lines = pruner_of(args), []
+    counter = EngineSteps()
     rule(f"quality: {args.trials} trials ({args.sampler}), pruned (successive halving, "
          f"min_epochs {args.min_epochs}, reduction factor {args.reduction_factor}) vs "
          f"unpruned, seeds 0-{args.seeds - 1}")
     print(machine(args.device))
     for method in methods:
         rows = {"held": ([], []), "eval": ([], [])}
+        cost: list[float] = []  # the pruned study's engine steps / an untuned fit's
         for seed in range(args.seeds):
             c = cell(method, seed, args.device, args.cache)
+            untuned = counter.of(lambda c=c: c["make"]({}).fit(c["fitting"]))[1][0]
             for k, p in enumerate((pruner, None)):
-                info = tune(c, method, seed, args.trials, args.sampler, p)
+                info, (steps, _) = counter.of(
+                    lambda c=c, m=method, s=seed, p=p: tune(c, m, s, args.trials, args.sampler,
+                                                            p))
+                if p is not None:
+                    cost.append(steps / untuned)
                 est = c["make"](info["chosen"]).fit(c["fitting"])
                 ece = est.evaluate(c["evaluation"], betas=[c["beta"]])["ece1"][0]
                 rows["held"][k].append(info["best_value"])
                 rows["eval"][k].append(float(ece))
             print(f"{method:14s} seed {seed}: held-out ECE1 pruned {rows['held'][0][-1]:.4f} "
                   f"unpruned {rows['held'][1][-1]:.4f}; evaluation ECE1 pruned "
-                  f"{rows['eval'][0][-1]:.4f} unpruned {rows['eval'][1][-1]:.4f}; load "
-                  f"{load():.1f}")
+                  f"{rows['eval'][0][-1]:.4f} unpruned {rows['eval'][1][-1]:.4f}; pruned "
+                  f"study {cost[-1]:.1f}x an untuned fit's engine steps; load {load():.1f}")
         for what, (pr, un) in rows.items():
             name = "held-out" if what == "held" else "evaluation"
             line = (f"{method}: {name} ECE1 pruned {sum(pr) / len(pr):.4f}, unpruned "
@@ -320,6 +382,11 @@ def quality(args: argparse.Namespace, methods: list[str]) -> list[str]:
                     + paired([a - b for a, b in zip(pr, un)]))
             print(line)
             lines.append(line)
+        worst = max(range(len(cost)), key=cost.__getitem__)
+        line = (f"{method}: the pruned study's engine steps / an untuned fit's: mean "
+                f"{sum(cost) / len(cost):.1f}x, at most {cost[worst]:.1f}x (seed {worst})")
+        print(line)
+        lines.append(line)
     return lines
 
 
@@ -359,6 +426,14 @@ def run_one(args: argparse.Namespace) -> list[str]:
         print(f"the pruned study's chosen configuration trained alone on the trials' rows: "
               f"{new['chosen_s']:.3f} s = {new['chosen_s'] / new['untuned_s']:.1f}x one "
               f"untuned fit (what any study that finds it pays at least)")
+    if {"untuned", "pruned", "unpruned"} <= set(new.get("steps", {})):
+        st = new["steps"]
+        base = st["untuned"][0]
+        print(f"engine steps (deterministic: the model's mini-batch steps whatever its replicas, "
+              f"and replica-steps): untuned fit {st['untuned'][0]:,} ({st['untuned'][1]:,}); "
+              f"pruned study {st['pruned'][0]:,} ({st['pruned'][1]:,}) = "
+              f"{st['pruned'][0] / base:.1f}x; unpruned {st['unpruned'][0]:,} "
+              f"({st['unpruned'][1]:,}) = {st['unpruned'][0] / base:.1f}x")
     print(f"best held-out objective: pruned {best_p:.4f}, unpruned {best:.4f}"
           + (f", previous {min(h['value'] for h in old['history']):.4f}" if old else ""))
     kind = "cuda" if args.device.startswith("cuda") else "cpu"
