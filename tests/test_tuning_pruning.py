@@ -96,6 +96,58 @@ def test_a_pruned_study_is_deterministic_and_records_its_pruned_trials(tmp_path)
         assert all(k.startswith("completed_rung_") for k in t.system_attrs)
 
 
+def test_promoted_ranks_earlier_equal_values_first():
+    """Among exactly equal values the trials before this one rank first: at most the best
+    ``n // reduction_factor`` go on, where Optuna's rule passes every tied one."""
+    values = [0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.1]
+    assert studies.promoted(0.2, values, 3, True)  # Optuna's rule: every 0.2 passes
+    assert studies.promoted(0.2, values, 3, True, earlier_ties=0)
+    assert not studies.promoted(0.2, values, 3, True, earlier_ties=1)  # 0.1 and one 0.2
+    assert not studies.promoted(0.2, values, 3, False, earlier_ties=2)
+    assert studies.promoted(0.2, values, 3, False, earlier_ties=1)
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_tied_trials_go_on_no_more_than_the_pruner_promotes(tmp_path, monkeypatch, sampler):
+    """Trials whose selectors collapse score exactly the same at every rung (seen in the
+    S-MMCE studies of perf/bench_tuning.py: a dozen trials at one held-out ECE₁ trained to
+    400 epochs side by side). Optuna's rule would let every tied trial go on; the judge lets
+    the first to reach a rung (by index) go on, as many as the rule promotes, the rest
+    stop there. Here every score is equal: each rung passes only the trials that were
+    first among the trials to reach it, a kill and a rerun give the same study, and the
+    first trial is chosen (the first of equals)."""
+    monkeypatch.setattr(tuning_mod._Objective, "score", lambda self, est, held: 0.25)
+    trials = 13 if sampler == "tpe" else 10
+    info = tune(tmp_path, "tied", trials=trials, sampler=sampler)
+    history = info["history"]
+    assert info["best_trial"] == 0 and history[0]["value"] == 0.25
+    reached: dict[str, int] = {}
+    for k, h in enumerate(history):
+        for rung in h["reported"]:
+            reached[rung] = reached.get(rung, 0) + 1
+            first = reached[rung] - 1 < max(reached[rung] // PRUNER.reduction_factor, 1)
+            if not first:
+                assert h["pruned_at"] == int(rung), k
+                break
+        else:
+            assert h.get("pruned_at") is None, k
+    assert info["pruned"] >= trials - 3
+    if sampler == "tpe":
+        real, calls = studies.record_trial, {"n": 0}
+
+        def killed(*args, **kw):
+            calls["n"] += 1
+            if calls["n"] == 12:
+                raise KeyboardInterrupt
+            return real(*args, **kw)
+
+        monkeypatch.setattr(studies, "record_trial", killed)
+        with pytest.raises(KeyboardInterrupt):
+            tune(tmp_path, "cut", trials=trials, sampler=sampler)
+        monkeypatch.setattr(studies, "record_trial", real)
+        assert tune(tmp_path, "cut", trials=trials, sampler=sampler)["history"] == history
+
+
 def test_a_pruned_study_resumes_after_a_kill(tmp_path, monkeypatch):
     """Killed while writing the second batch (TPE: trials 10-12), then rerun: the batch's
     other trials are judged against the rung values of those the journal holds, and the

@@ -39,8 +39,9 @@ With ``pruner`` (multi-fidelity tuning, one held-out part) a batch's trials repo
 objective on the held-out rows at Optuna's successive-halving rungs (:func:`rungs`, in
 epochs) while they train, through a judge on their fit contexts
 (:class:`~selbench.execution.studies.BatchJudge`, :mod:`selbench.contract.judge`), and
-Optuna's ``SuccessiveHalvingPruner`` stops the losing ones: a training scheme drops them
-from the batch's model. A pruned trial is written ``PRUNED`` with its reported values and
+Optuna's ``SuccessiveHalvingPruner`` stops the losing ones (trials exactly tied at a rung
+ranked by index, so that no more go on than the rule promotes: see the judge): a training
+scheme drops them from the batch's model. A pruned trial is written ``PRUNED`` with its reported values and
 rungs (what a resumed study judges the rest of its batch against) and is never chosen.
 
 A batch that is not the study's last does not wait for its long survivors: once no trial it
@@ -460,7 +461,7 @@ def _run_batch(study: Any, objective: _Objective, batch: range, todo: range, sam
                        and first.user_attrs[studies.INDEX] < batch.stop]
         judge = studies.BatchJudge(objective, [trial for trial, _ in asked],
                                    objective.splits[0][1], defer=not last, carried=carried,
-                                   study=asking)
+                                   study=asking, first=todo.start)
     values, error = objective.values([chosen for _, chosen in asked] +
                                      [_decoded(t.params, objective.space) for t in carried],
                                      judge)
