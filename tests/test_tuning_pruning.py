@@ -133,26 +133,12 @@ def test_tied_trials_go_on_no_more_than_the_pruner_promotes(tmp_path, monkeypatc
             assert h.get("pruned_at") is None, k
     assert info["pruned"] >= trials - 3
     if sampler == "tpe":
-        real, calls = studies.record_trial, {"n": 0}
-
-        def killed(*args, **kw):
-            calls["n"] += 1
-            if calls["n"] == 12:
-                raise KeyboardInterrupt
-            return real(*args, **kw)
-
-        monkeypatch.setattr(studies, "record_trial", killed)
-        with pytest.raises(KeyboardInterrupt):
-            tune(tmp_path, "cut", trials=trials, sampler=sampler)
-        monkeypatch.setattr(studies, "record_trial", real)
-        assert tune(tmp_path, "cut", trials=trials, sampler=sampler)["history"] == history
+        assert killed_then_resumed(tmp_path, monkeypatch)["history"] == history
 
 
-def test_a_pruned_study_resumes_after_a_kill(tmp_path, monkeypatch):
-    """Killed while writing the second batch (TPE: trials 10-12), then rerun: the batch's
-    other trials are judged against the rung values of those the journal holds, and the
-    study is the uninterrupted one."""
-    straight = tune(tmp_path, "straight", trials=13, sampler="tpe")
+def killed_then_resumed(tmp_path, monkeypatch, trials=13):
+    """A TPE study killed while writing its 12th trial (the second batch: trials 10-12),
+    then rerun from its journal."""
     real, calls = studies.record_trial, {"n": 0}
 
     def killed(*args, **kw):
@@ -163,9 +149,17 @@ def test_a_pruned_study_resumes_after_a_kill(tmp_path, monkeypatch):
 
     monkeypatch.setattr(studies, "record_trial", killed)
     with pytest.raises(KeyboardInterrupt):
-        tune(tmp_path, "cut", trials=13, sampler="tpe")
+        tune(tmp_path, "cut", trials=trials, sampler="tpe")
     monkeypatch.setattr(studies, "record_trial", real)
-    resumed = tune(tmp_path, "cut", trials=13, sampler="tpe")
+    return tune(tmp_path, "cut", trials=trials, sampler="tpe")
+
+
+def test_a_pruned_study_resumes_after_a_kill(tmp_path, monkeypatch):
+    """Killed while writing the second batch (TPE: trials 10-12), then rerun: the batch's
+    other trials are judged against the rung values of those the journal holds, and the
+    study is the uninterrupted one."""
+    straight = tune(tmp_path, "straight", trials=13, sampler="tpe")
+    resumed = killed_then_resumed(tmp_path, monkeypatch)
     assert resumed["history"] == straight["history"]
     assert resumed["chosen"] == straight["chosen"]
 
