@@ -358,9 +358,11 @@ def quality(args: argparse.Namespace, methods: list[str]) -> list[str]:
     for method in methods:
         rows = {"held": ([], []), "eval": ([], [])}
         cost: list[float] = []  # the pruned study's engine steps / an untuned fit's
+        # an untuned fit's steps: its epochs over the cell's n_fit rows, the same every seed
+        first = cell(method, 0, args.device, args.cache)
+        untuned = counter.of(lambda first=first: first["make"]({}).fit(first["fitting"]))[1][0]
         for seed in range(args.seeds):
             c = cell(method, seed, args.device, args.cache)
-            untuned = counter.of(lambda c=c: c["make"]({}).fit(c["fitting"]))[1][0]
             for k, p in enumerate((pruner, None)):
                 info, (steps, _) = counter.of(
                     lambda c=c, m=method, s=seed, p=p: tune(c, m, s, args.trials, args.sampler,
