@@ -48,6 +48,34 @@ def tune(tmp_path, name, trials=10, pruner=PRUNER, sampler="random"):
         method_key="m", beta=0.7, journal=tmp_path / f"{name}.journal", study="s"))
 
 
+def rule_stops(history, sampler, factor=3):
+    """Trial k -> the epoch the judge's rule stops it at (None: it trains to its end),
+    recomputed from the values the trials reported: at a rung a trial is judged against
+    every trial that reached it by the end of the batch that judges it (its own batch at
+    the first rung; the study's last batch, where the deferred trials train, above it).
+    The best ``max(n // factor, 1)`` of the n go on, equal values ranked by index; a trial
+    is never stopped at its own last epoch."""
+    batches = tuning_mod.trial_batches(len(history), sampler)
+    first_rung = min(int(r) for h in history for r in h.get("reported", {}))
+    reached: dict[str, list[tuple[float, int]]] = {}
+    for k, h in enumerate(history):
+        for rung, v in h.get("reported", {}).items():
+            reached.setdefault(rung, []).append((v, k))
+    stops = {}
+    for k, h in enumerate(history):
+        stops[k] = None
+        horizon = next(b.stop for b in batches if k in b)
+        for rung, v in h.get("reported", {}).items():
+            if int(rung) == h["params"]["scheme.epochs"]:
+                continue
+            field = [(w, j) for w, j in reached[rung] if int(rung) > first_rung or j < horizon]
+            rank = sum(w < v or (w == v and j < k) for w, j in field)
+            if rank >= max(len(field) // factor, 1):
+                stops[k] = int(rung)
+                break
+    return stops
+
+
 def test_rungs_are_optunas_successive_halving_steps():
     assert rungs(PRUNER)[:4] == (1, 3, 9, 27)
     assert rungs(PrunerSpec(name="successive-halving", min_epochs=25, reduction_factor=3,
@@ -81,8 +109,10 @@ def test_a_pruned_study_is_deterministic_and_records_its_pruned_trials(tmp_path)
     pruned = [h for h in a["history"] if h["value"] is None]
     assert a["pruned"] == len(pruned) >= 3 and a["pruner"]["min_epochs"] == 1
     for h in pruned:  # stopped at a rung below its own epochs, where it lost
-        assert h["pruned_at"] in (1, 3, 9) and h["pruned_at"] <= h["params"]["scheme.epochs"]
+        assert h["pruned_at"] in (1, 3, 9) and h["pruned_at"] < h["params"]["scheme.epochs"]
         assert list(h["reported"])[-1] == str(h["pruned_at"])
+    assert {k: h.get("pruned_at") for k, h in enumerate(a["history"])} == \
+        rule_stops(a["history"], "random")
     complete = [h["value"] for h in a["history"] if h["value"] is not None]
     assert a["best_value"] == min(complete) and a["history"][a["best_trial"]]["value"] is not None
     storage = tuning_mod.journal_storage(tmp_path / "a.journal")
@@ -111,27 +141,18 @@ def test_promoted_ranks_earlier_equal_values_first():
 def test_tied_trials_go_on_no_more_than_the_pruner_promotes(tmp_path, monkeypatch, sampler):
     """Trials whose selectors collapse score exactly the same at every rung (seen in the
     S-MMCE studies of perf/bench_tuning.py: a dozen trials at one held-out ECE₁ trained to
-    400 epochs side by side). Optuna's rule would let every tied trial go on; the judge lets
-    the first to reach a rung (by index) go on, as many as the rule promotes, the rest
-    stop there. Here every score is equal: each rung passes only the trials that were
-    first among the trials to reach it, a kill and a rerun give the same study, and the
-    first trial is chosen (the first of equals)."""
+    400 epochs side by side). Optuna's rule would let every tied trial go on; the judge
+    ranks equal values by index, so no more go on than the rule promotes: here every score
+    is equal, each rung passes only the first trials (by index) among those it judges
+    against (:func:`rule_stops`), a kill and a rerun give the same study, and the first
+    trial is chosen (the first of equals)."""
     monkeypatch.setattr(tuning_mod._Objective, "score", lambda self, est, held: 0.25)
     trials = 13 if sampler == "tpe" else 10
     info = tune(tmp_path, "tied", trials=trials, sampler=sampler)
     history = info["history"]
     assert info["best_trial"] == 0 and history[0]["value"] == 0.25
-    reached: dict[str, int] = {}
-    for k, h in enumerate(history):
-        for rung in h["reported"]:
-            reached[rung] = reached.get(rung, 0) + 1
-            first = reached[rung] - 1 < max(reached[rung] // PRUNER.reduction_factor, 1)
-            if not first:
-                assert h["pruned_at"] == int(rung), k
-                break
-        else:
-            assert h.get("pruned_at") is None, k
-    assert info["pruned"] >= trials - 3
+    assert {k: h.get("pruned_at") for k, h in enumerate(history)} == rule_stops(history, sampler)
+    assert info["pruned"] >= trials - 4
     if sampler == "tpe":
         assert killed_then_resumed(tmp_path, monkeypatch)["history"] == history
 
@@ -264,8 +285,9 @@ def test_the_python_search_takes_a_pruner():
 
 
 LONG = {**SPACE, "scheme.epochs": Tune.choice(2, 4, 20)}
-# rungs 3, 9, 27: a 20-epoch trial kept at 9 is judged no more and has 11 epochs ahead
+# rungs 3, 9, 27: a 20-epoch trial kept at 3 has 17 epochs ahead (deferred), judged again at 9
 PRUNER_LONG = PrunerSpec(name="successive-halving", min_epochs=3, reduction_factor=3)
+SEED_LONG = 0
 
 
 def tune_long(tmp_path, name, trials=13, seed=0):
@@ -276,12 +298,15 @@ def tune_long(tmp_path, name, trials=13, seed=0):
         method_key="m", beta=0.7, journal=tmp_path / f"{name}.journal", study="s"))
 
 
-def test_long_survivors_are_deferred_to_the_last_batch(tmp_path, monkeypatch):
-    """A batch whose kept trials will not be judged again and have more epochs ahead than
-    behind stops them (deferred): they train from the start with the study's last batch,
-    where each ends as the same configuration trained alone; the batch's model trains fewer
-    epochs one after the other than without deferral; the journal holds their deferred
-    record and the one that completes them; the study is deterministic."""
+def test_first_rung_survivors_are_deferred_to_the_last_batch(tmp_path, monkeypatch):
+    """A batch that is not the study's last stops at its first rung: the trials it keeps
+    there (one has more epochs ahead than behind) are deferred, to train from the start
+    with the study's last batch, which judges them at the rungs above beside its own trials
+    (together: :func:`rule_stops`); each that completes ends as the same configuration
+    trained alone; the batches' models train fewer epochs one after the other than without
+    deferral; the journal holds a deferred trial's deferred record and the one that
+    completes it, or stops it where the last batch dropped it; the study is
+    deterministic."""
     stretches: list[int] = []
     from selbench.training import engine
 
@@ -293,44 +318,57 @@ def test_long_survivors_are_deferred_to_the_last_batch(tmp_path, monkeypatch):
         return real(job, resume)
 
     monkeypatch.setattr("selbench_plugins.schemes.training.train_replicas", recording)
-    a = tune_long(tmp_path, "a")
+    a = tune_long(tmp_path, "a", seed=SEED_LONG)
     deferred_epochs, stretches[:] = sum(stretches), []
-    deferred = [h for h in a["history"] if "deferred_at" in h]
-    assert deferred and all(h["deferred_at"] == 9 and h["params"]["scheme.epochs"] == 20
-                            and h["value"] is not None for h in deferred)
-    assert all(i < 10 for i, h in enumerate(a["history"]) if "deferred_at" in h)
-    assert a == tune_long(tmp_path, "b")
+    history = a["history"]
+    deferred = [h for h in history if "deferred_at" in h]
+    assert deferred and all(h["deferred_at"] == 3 for h in deferred)
+    assert all(i < 10 for i, h in enumerate(history) if "deferred_at" in h)
+    long = [h for h in deferred if h["params"]["scheme.epochs"] == 20]
+    # judged again above the first rung: one goes on to its end, another is dropped at 9
+    assert [h.get("pruned_at") for h in long if "9" in h["reported"]] == [None, 9]
+    assert {k: h.get("pruned_at") for k, h in enumerate(history)} == rule_stops(history, "tpe")
+    assert a == tune_long(tmp_path, "b", seed=SEED_LONG)
     fitting = outputs()
     inner, held = inner_split(len(fitting), 0.3, 0)
     for h in deferred:
+        if h["value"] is None:
+            continue
         alone = make(h["params"]).fit(fitting.subset(inner))
         ref = alone.evaluate(fitting.subset(held), betas=[0.7])["ece1"][0]
         assert h["value"] == pytest.approx(ref, rel=TOL, abs=1e-7)
-        assert list(h["reported"]) == ["3", "9"]  # judged in its own batch only
     storage = tuning_mod.journal_storage(tmp_path / "a.journal")
     trials = optuna.load_study(study_name="s", storage=storage).trials
-    for i, h in enumerate(a["history"]):
+    states = optuna.trial.TrialState
+    for i, h in enumerate(history):
         mine = [t for t in trials if t.user_attrs["selbench_index"] == i]
         if "deferred_at" in h:
-            assert [t.state for t in mine] == [optuna.trial.TrialState.PRUNED,
-                                               optuna.trial.TrialState.COMPLETE]
-            assert mine[1].value == h["value"] and mine[0].user_attrs["selbench_deferred"] == 9
+            assert mine[0].state == states.PRUNED and mine[0].user_attrs[studies.DEFERRED] == 3
+            assert list(mine[0].intermediate_values) == [3]
+            if h["value"] is None:
+                assert mine[1].state == states.PRUNED
+                assert mine[1].user_attrs[studies.DROPPED] == h["pruned_at"]
+            else:
+                assert mine[1].state == states.COMPLETE and mine[1].value == h["value"]
+            assert {str(k): v for k, v in mine[1].intermediate_values.items()} == h["reported"]
+            assert len(mine) == 2
         else:
             assert len(mine) == 1
     monkeypatch.setattr(studies.BatchJudge, "_defer", lambda self, *args: None)
-    undeferred = tune_long(tmp_path, "c")
+    undeferred = tune_long(tmp_path, "c", seed=SEED_LONG)
     assert not any("deferred_at" in h for h in undeferred["history"])
     assert deferred_epochs < sum(stretches)
 
 
-@pytest.mark.parametrize("where", ["record_completion", "record_trial"])
-def test_a_deferring_study_resumes_after_a_kill(tmp_path, monkeypatch, where):
+@pytest.mark.parametrize("where,at", [("record_completion", 1), ("record_completion", 2),
+                                      ("record_trial", 12)])
+def test_a_deferring_study_resumes_after_a_kill(tmp_path, monkeypatch, where, at):
     """Killed while the last batch is written (its own trials, or the deferred trials it
-    completes), then rerun: the study is the uninterrupted one."""
-    straight = tune_long(tmp_path, "straight")
-    assert any("deferred_at" in h for h in straight["history"])
+    completes: the trials the rerun judges then compete with those the journal holds as
+    the uninterrupted study's did), then rerun: the study is the uninterrupted one."""
+    straight = tune_long(tmp_path, "straight", seed=SEED_LONG)
+    assert sum("deferred_at" in h for h in straight["history"]) == 2
     real, calls = getattr(studies, where), {"n": 0}
-    at = 1 if where == "record_completion" else 12
 
     def killed(*args, **kw):
         calls["n"] += 1
@@ -340,15 +378,15 @@ def test_a_deferring_study_resumes_after_a_kill(tmp_path, monkeypatch, where):
 
     monkeypatch.setattr(studies, where, killed)
     with pytest.raises(KeyboardInterrupt):
-        tune_long(tmp_path, "cut")
+        tune_long(tmp_path, "cut", seed=SEED_LONG)
     monkeypatch.setattr(studies, where, real)
-    resumed = tune_long(tmp_path, "cut")
+    resumed = tune_long(tmp_path, "cut", seed=SEED_LONG)
     assert resumed["history"] == straight["history"]
     assert resumed["chosen"] == straight["chosen"]
 
 
 def test_promoted_is_optunas_successive_halving_rule():
-    """The rule a deferred trial is judged again by is the one Optuna's pruner applies
+    """The rule the judge applies is the one Optuna's pruner applies
     (its private helper, read here only to hold the copy to it), ties and both directions
     included."""
     from optuna.pruners._successive_halving import _is_trial_promotable_to_next_rung
@@ -369,79 +407,6 @@ def test_promoted_is_optunas_successive_halving_rule():
     assert min(checked.values()) > 100
 
 
-def test_the_last_batch_judges_a_deferred_trial_again_where_it_was_deferred(tmp_path,
-                                                                             monkeypatch):
-    """A deferred trial goes on past the rung it was deferred at only when its value there
-    is still among the best 1/reduction_factor of every trial that reached the rung once
-    the last batch's trials have (seed 2: its batch promoted the first of two at rung 9, as
-    Optuna promotes the best of fewer than reduction_factor trials; judged again beside the
-    second, it is dropped and the second kept); a dropped
-    one ends pruned where it was deferred (journal: its deferred record, then one with
-    ``selbench_dropped``), is never chosen, and a study killed before it is written
-    resumes to the uninterrupted one."""
-    info = tune_long(tmp_path, "a", seed=2)
-    history = info["history"]
-    deferred = [h for h in history if "deferred_at" in h]
-    assert sorted(h["value"] is None for h in deferred) == [False, True]
-    for h in deferred:
-        rung = str(h["deferred_at"])
-        competing = [x["reported"][rung] for x in history if rung in x.get("reported", {})]
-        kept = studies.promoted(h["reported"][rung], competing, 3, True)
-        assert kept == (h["value"] is not None)
-        if not kept:
-            assert h["pruned_at"] == h["deferred_at"] == 9 and list(h["reported"]) == ["3", "9"]
-            assert h["params"] != info["chosen"]
-    dropped = next(i for i, h in enumerate(history) if "deferred_at" in h and h["value"] is None)
-    storage = tuning_mod.journal_storage(tmp_path / "a.journal")
-    mine = [t for t in optuna.load_study(study_name="s", storage=storage).trials
-            if t.user_attrs["selbench_index"] == dropped]
-    assert [t.state for t in mine] == [optuna.trial.TrialState.PRUNED] * 2
-    assert [t.user_attrs.get(studies.DROPPED) for t in mine] == [None, 9]
-    assert info == tune_long(tmp_path, "b", seed=2)
-
-    real = studies.record_completion
-
-    def killed(*args, **kw):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(studies, "record_completion", killed)
-    with pytest.raises(KeyboardInterrupt):
-        tune_long(tmp_path, "cut", seed=2)
-    monkeypatch.setattr(studies, "record_completion", real)
-    assert tune_long(tmp_path, "cut", seed=2) == info
-
-
-def test_a_trial_deferred_at_the_first_rung_is_not_judged_again():
-    """At the first rung a deferred trial goes on as its batch decided (the exploration
-    Optuna's rule grants a study's first trials); above it, it is judged again."""
-    from types import SimpleNamespace
-
-    study = optuna.create_study(direction="minimize")
-
-    def record(values, deferred=None):
-        user = {studies.INDEX: len(study.trials)}
-        if deferred is not None:
-            user.update({studies.DEFERRED: deferred, studies.END: 20})
-        trial = optuna.trial.create_trial(
-            params={}, distributions={}, value=values[-1],
-            intermediate_values=dict(zip((3, 9), values)), user_attrs=user,
-            system_attrs={f"{studies.RUNG_ATTR}{k}": v for k, v in enumerate(values)})
-        study.add_trial(trial)
-        return trial
-
-    for v in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6):
-        record([v, v])
-    carried = [record([0.9], deferred=3), record([0.05, 0.9], deferred=9)]
-    judge = studies.BatchJudge(SimpleNamespace(pruner=PRUNER_LONG), [], None,
-                               carried=carried, study=study)
-    keep = [True, True]
-    judge._resumes(3, keep, [0, 1])
-    assert keep == [True, True] and not judge.pruned
-    assert not studies.promoted(0.9, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.9, 0.05], 3, True)
-    judge._resumes(9, keep, [0, 1])
-    assert keep == [True, False] and judge.pruned == {1: 9}
-
-
 def test_the_leaderboard_says_how_many_trials_were_deferred(tmp_path):
     """The tuning note of a pruned TPE study counts the trials it deferred (over the
     experiment's methods and seeds); a study that deferred none reads as before."""
@@ -449,7 +414,7 @@ def test_the_leaderboard_says_how_many_trials_were_deferred(tmp_path):
 
     from selbench.reporting.tuned import tuning_line, tuning_summary
 
-    info = tune_long(tmp_path, "a", seed=2)
+    info = tune_long(tmp_path, "a", seed=SEED_LONG)
     n = sum("deferred_at" in h for h in info["history"])
     dropped = sum("deferred_at" in h and h["value"] is None for h in info["history"])
     assert n > dropped > 0
@@ -463,8 +428,8 @@ def test_the_leaderboard_says_how_many_trials_were_deferred(tmp_path):
         return tuning_line(tuning_summary(SimpleNamespace(cells=[cell, {**cell, "seed": 1}]),
                                           exp), 0.7)
 
-    assert (f"; {2 * n} trials (over its methods and seeds) kept past their last judgement "
-            f"were deferred to the study's last batch, {2 * dropped} of them stopped there "
-            "when judged again beside its trials)") in line(info["history"])
+    assert (f"; {2 * n} trials (over its methods and seeds) kept at the first judgement of "
+            f"a batch before the last were deferred to the study's last batch, {2 * dropped} "
+            "of them stopped there when judged again beside its trials)") in line(info["history"])
     plain = line([{k: v for k, v in h.items() if k != "deferred_at"} for h in info["history"]])
     assert "deferred" not in plain and "1 in 3 going on)" in plain

@@ -35,5 +35,5 @@ class EpochJudge(abc.ABC):
         """Whether each of ``jobs`` (replicas trained ``epoch`` epochs, their selector and
         recalibrator as they stand) keeps training; called with the jobs in the order the
         scheme received them. ``ends``: each job's own number of epochs, where the scheme
-        knows it (a judge may then stop a replica that no rung below its end will judge
-        again, to train it later with others: the tuner's deferral)."""
+        knows it (a judge then never stops a replica at its own last epoch, and may stop
+        one with epochs ahead to train it later with others: the tuner's deferral)."""

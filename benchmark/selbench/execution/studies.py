@@ -6,10 +6,10 @@ its journal records look like and how a pruned batch is judged while it trains:
 * :func:`rungs` and :func:`optuna_pruner`: Optuna's successive-halving rungs (in epochs)
   and pruner of a spec's ``tuning.pruner``;
 * :class:`BatchJudge`: the :class:`~selbench.contract.judge.EpochJudge` on every trial of a
-  batch, which reports each trial's objective at a rung, lets Optuna decide, defers the
-  long survivors of a batch that is not the study's last (:meth:`BatchJudge._defer`) and,
-  in the last batch, judges a deferred trial again where it was deferred
-  (:meth:`BatchJudge._resumes`);
+  batch, which reports each trial's objective at a rung and applies Optuna's rule in index
+  order (:meth:`BatchJudge._promoted`), defers the survivors of a batch that is not the
+  study's last at its first rung (:meth:`BatchJudge._defer`) and, in the last batch, judges
+  the deferred trials it carries at the rungs above;
 * :func:`record_trial`, :func:`record_completion`: a trial written to the journal (complete,
   failed, pruned or deferred; a deferred trial completed, or dropped, later);
 * :func:`finished_records`, :func:`is_deferred`, :func:`as_asked`: the journal read back,
@@ -41,8 +41,8 @@ RUNG_ATTR = "completed_rung_"
 DEFERRED = "selbench_deferred"
 #: the user attribute of a deferred trial's own number of epochs (its end)
 END = "selbench_end"
-#: the user attribute of the record that ends a deferred trial the last batch dropped where
-#: it had been deferred (``PRUNED``; the epoch)
+#: the user attribute of the record that ends a deferred trial the last batch pruned at a
+#: rung (``PRUNED``; the epoch)
 DROPPED = "selbench_dropped"
 
 
@@ -86,23 +86,30 @@ def promoted(value: float, competing: Sequence[float], reduction_factor: int,
 
 class BatchJudge(EpochJudge):
     """A pruned study's judge of one batch of trials (:mod:`selbench.contract.judge`): at a
-    rung, each trial's objective on the held-out rows (the tuner's objective's ``score``, the value
-    the study scores, from the trial's selector and recalibrator as they stand) is reported
-    to its Optuna trial, and Optuna's successive-halving pruner decides
-    (``trial.should_prune``), the trials of the batch one after the other in index order.
+    rung, each trial's objective on the held-out rows (the tuner's objective's ``score``, the
+    value the study scores, from the trial's selector and recalibrator as they stand) is
+    reported to its Optuna trial, and Optuna's successive-halving rule decides which go on
+    (:func:`promoted`: the best 1/reduction_factor).
 
-    Optuna's pruner is asynchronous (ASHA): a trial goes on when it is in the best
-    1/reduction_factor of the trials that reached the rung before it. The replicas of a
-    batch reach a rung in lockstep, so the order in which they are judged is ours to set:
-    the index order, as if they had reached it one after the other, which a study resumed
-    after a kill repeats (the batch's trials already in the journal are the first ones,
-    and their rung values are in the pruner's study). Judging a batch's replicas together
-    instead (successive halving within the batch, Optuna's rule against all their values
-    at once) was measured no cheaper (S-TLBCE joint on the tuned digits experiment, 20 TPE
-    trials, CPU time over one untuned fit: 3.7x against 3.3x in index order with
-    min_epochs 25 and reduction factor 4, 9.6x against 7.5x with factor 3; the same
-    chosen trial; one run each, load about 8 on 2 cores), so Optuna's own
-    ``trial.should_prune`` decides.
+    The replicas of a batch reach a rung together, so each is judged against every trial
+    that reached the rung: the earlier batches' and all of its own batch's (successive
+    halving within the batch, after the batches before it), where Optuna's asynchronous
+    pruner (ASHA) would judge each against the trials that reached the rung before it. A
+    batch that is not the study's last stops at its first rung (:meth:`_defer`): the trials
+    it keeps are trained from the start with the last batch, which judges them at the rungs
+    above together with its own trials, and a trial is never stopped at its own last epoch
+    (its value is final; stopping it would save no training, only drop it from the choice).
+    Measured on ``perf/bench_tuning.py``'s twenty seeds (20 TPE trials, first rung 25,
+    reduction factor 4; 2026-12-02, Intel Xeon, two processes on two cores), against the
+    rule before (the asynchronous rule in index order, a batch running on to the rung
+    after the first when its long trials were kept): the engine steps of the four trained
+    methods' studies 1.9-2.1x an untuned fit's on average and at most 3.4x (before: 1.9-2.3x,
+    at most 3.0-4.5x), and the S-MMCE joint study of the bench's seed 0, the one over 5x
+    before, 4.2x; the chosen configurations' evaluation ECE₁ within the noise of the
+    unpruned study's for all four (S-MMCE seq. was +0.0170 ± 0.0058 worse before, now
+    +0.0073 ± 0.0052; ``perf/README.md``). Judging the first rung in index order (ASHA's
+    rule, as before) and the later rungs together: 1.7-2.1x on average, at most 3.6x, but
+    S-MMCE seq. still worse beyond its noise (+0.0143 ± 0.0056).
 
     One departure from Optuna's rule: trials whose values at a rung are exactly equal rank
     by index (the earlier first, :func:`promoted`'s ``earlier_ties``), so no more go on than
@@ -116,113 +123,114 @@ class BatchJudge(EpochJudge):
 
     def __init__(self, objective: Any, trials: list[Any], held: ModelOutputs,
                  defer: bool = False, carried: Sequence[Any] = (), study: Any = None,
-                 first: int = 0):
+                 first: int = 0, completed: Sequence[Any] = ()):
         self.rungs = rungs(objective.pruner)
         self.objective, self.trials, self.held = objective, trials, held
         #: the index of ``trials[0]`` (the batch's trials are the next indices, in order)
         self.first = first
         self.members: dict[int, tuple[int, Any, Any, ModelOutputs]] = {}
         self.pruned: dict[int, int] = {}
-        #: position -> (epoch, its end): trials stopped past their last judgement, trained
-        #: to their end with the study's last batch
+        #: position -> (epoch, its end): trials stopped at a rung with more epochs ahead,
+        #: trained to their end with the study's last batch
         self.deferred: dict[int, tuple[int, int]] = {}
         self.defer = defer
         #: the last batch's deferred trials of earlier batches (their first records), at
         #: the positions after its own trials, and the in-memory study they compete in
         self.carried, self.study = list(carried), study
+        #: position (a carried trial) -> {epoch: value}: what it reported in the last batch
+        self.reported: dict[int, dict[int, float]] = {}
+        #: epoch -> [(index, value)]: the carried trials' values at a rung above the one they
+        #: were deferred at (those the journal already completed, then those judged here)
+        self.cohort: dict[int, list[tuple[int, float]]] = {}
+        for done in completed:  # a resumed last batch: deferred trials it already wrote
+            deferred_at = int(done.user_attrs[DEFERRED])
+            for epoch, value in done.intermediate_values.items():
+                if deferred_at < epoch in self.rungs:
+                    self.cohort.setdefault(int(epoch), []).append(
+                        (int(done.user_attrs[INDEX]), float(value)))
 
     def bind(self, position: int, est: Any, built: Any, rows: ModelOutputs) -> None:
         """The estimator of the batch's trial ``position`` (its built components)."""
         built.context.judge = self
         self.members[id(built.context)] = (position, est, built, rows)
 
+    def _index(self, position: int) -> int:
+        if position < len(self.trials):
+            return self.first + position
+        return int(self.carried[position - len(self.trials)].user_attrs[INDEX])
+
     def judge(self, epoch: int, jobs: Sequence[Any],
               ends: Sequence[int] | None = None) -> list[bool]:
-        keep, positions = [], []
-        for job in jobs:
-            position, est, built, rows = self.members[id(job.context)]
-            positions.append(position)
-            if position >= len(self.trials):  # a deferred trial: after the batch's own
-                keep.append(True)
-                continue
-            est._adopt(built, rows)
-            trial = self.trials[position]
-            value = self.objective.score(est, self.held)
-            trial.report(value, epoch)
-            pruned = bool(trial.should_prune())  # Optuna's rule; records the rung's value
-            if not pruned and self.study is not None:
-                pruned = not self._promoted(epoch, value, self.first + position)
-            if pruned:
-                self.pruned[position] = epoch
-            keep.append(not pruned)
-        self._resumes(epoch, keep, positions)
+        keep = [True] * len(jobs)
+        positions = [self.members[id(job.context)][0] for job in jobs]
+        judged: list[tuple[int, int, float]] = []  # (index, i, value)
+        for i in sorted(range(len(jobs)), key=lambda i: self._index(positions[i])):
+            position, est, built, rows = self.members[id(jobs[i].context)]
+            if position >= len(self.trials):  # a deferred trial, carried to the last batch
+                if epoch <= int(self.carried[position - len(self.trials)].user_attrs[DEFERRED]):
+                    continue  # judged there by its own batch
+                est._adopt(built, rows)
+                value = self.objective.score(est, self.held)
+                self.reported.setdefault(position, {})[epoch] = value
+                self.cohort.setdefault(epoch, []).append((self._index(position), value))
+            else:
+                est._adopt(built, rows)
+                trial = self.trials[position]
+                value = self.objective.score(est, self.held)
+                trial.report(value, epoch)
+                if bool(trial.should_prune()) and self.study is None:  # records the value
+                    self.pruned[position] = epoch
+                    keep[i] = False
+                    continue
+            judged.append((self._index(position), i, value))
+        if self.study is not None:
+            for index, i, value in judged:
+                if ends is not None and ends[i] == epoch:
+                    continue  # at its own end: its value is final, nothing left to save
+                if not self._promoted(epoch, value, index):
+                    self.pruned[positions[i]] = epoch
+                    keep[i] = False
         if self.defer and ends is not None:
             self._defer(epoch, keep, positions, ends)
         return keep
 
-    def _resumes(self, epoch: int, keep: list[bool], positions: list[int]) -> None:
-        """Judge the deferred trials of earlier batches again at the rung they were deferred
-        at, once the last batch's own trials have reported there, unless it is the first
-        rung: a deferred trial goes on only when its value there (as its batch recorded it)
-        is still among the best 1/reduction_factor of every trial that reached the rung by
-        then (Optuna's rule, :func:`promoted`), as ASHA promotes a trial when a worker is
-        free to train it. Its batch promoted it against the trials before it; a later
-        batch's better trials can outrank it, and then it stops where it was, instead of
-        training to its end beside them (the S-MMCE joint study of
-        ``perf/bench_tuning.py``: one such trial kept a third replica in the last batch's
-        300-epoch tail, 900 steps). Not at the first rung: there a trial has trained
-        ``min_epochs`` only and the first trials of a study pass by Optuna's rule alone
-        (fewer than reduction_factor to compete with), the exploration the judgement
-        would take back, while a trial deferred there ends before the next rung (it costs
-        the last batch few epochs). Measured on 10 seeds of the tuned digits experiment's
-        S-MMCE joint (20 TPE trials, against deferred trials trained unjudged): judged
-        again at every rung, the chosen configurations' held-out ECE₁ rose by +0.0026 ±
-        0.0014 (SE) and their evaluation ECE₁ by +0.0063 ± 0.0056; above the first rung
-        only, by +0.0006 ± 0.0006 and −0.0002 ± 0.0002 (``perf/README.md``)."""
-        for i, position in enumerate(positions):
-            if position < len(self.trials) or epoch == self.rungs[0]:
-                continue
-            first = self.carried[position - len(self.trials)]
-            if int(first.user_attrs[DEFERRED]) != epoch:
-                continue
-            key = f"{RUNG_ATTR}{self.rungs.index(epoch)}"
-            if not self._promoted(epoch, first.system_attrs[key], int(first.user_attrs[INDEX])):
-                self.pruned[position] = epoch
-                keep[i] = False
-
     def _promoted(self, epoch: int, value: float, index: int) -> bool:
         """Whether trial ``index``, worth ``value`` at the rung ``epoch``, goes on
-        (:func:`promoted`) against every trial of the in-memory study that reached the rung,
-        the trials before it (by index) ranking first among equal values."""
+        (:func:`promoted`) against every trial that reached the rung: those of earlier
+        batches (the in-memory study) and all of this batch (its own trials, those the
+        journal holds of a resumed batch included, and the deferred ones it carries), the
+        trials before it by index ranking first among equal values. The same set whatever
+        the journal already holds of the batch: a resumed batch judges as the uninterrupted
+        one did."""
         key = f"{RUNG_ATTR}{self.rungs.index(epoch)}"
         asked = {t.number: self.first + p for p, t in enumerate(self.trials)}
-        competing, ties = [], 0
+        competing, ties = [value], 0
         for t in self.study.get_trials(deepcopy=False):
             if key not in t.system_attrs:
                 continue
-            competing.append(t.system_attrs[key])
             other = t.user_attrs.get(INDEX, asked.get(t.number))
+            if other == index:
+                continue
+            competing.append(t.system_attrs[key])
             ties += t.system_attrs[key] == value and other is not None and other < index
+        for other, v in self.cohort.get(epoch, []):
+            if other != index:
+                competing.append(v)
+                ties += v == value and other < index
         return promoted(value, competing, self.objective.pruner.reduction_factor,
                         self.study.direction.name == "MINIMIZE", ties)
 
     def _defer(self, epoch: int, keep: list[bool], positions: list[int],
                ends: Sequence[int]) -> None:
-        """When every replica the batch keeps training is past its last judgement (no rung
-        between ``epoch`` and its own end) and one of them has more epochs ahead than
-        behind, stop them all: they are deferred, to train from the start with the study's
-        last batch (:mod:`selbench.execution.tuning`), instead of holding up the next batch
-        while the model trains a few long trials alone. The epochs a deferred trial trains again are
-        fewer than those its batch would have trained alone; a batch whose longest trial is
-        nearly done finishes it (its values then steer the next batch's asks)."""
-        going = [i for i, k in enumerate(keep) if k and ends[i] > epoch]
-        if not going or any(epoch < r < ends[i] for i in going for r in self.rungs):
-            return
-        if max(ends[i] for i in going) - epoch <= epoch:
-            return
-        for i in going:
-            self.deferred[positions[i]] = (epoch, int(ends[i]))
-            keep[i] = False
+        """A batch that is not the study's last stops at its first rung: the trials it
+        keeps there and that have epochs ahead are deferred, to train from the start with
+        the study's last batch (:mod:`selbench.execution.tuning`), which judges them at the
+        rungs above beside its own trials, instead of holding up the next batch (asked
+        from their values at this rung) while the model trains a few long trials."""
+        for i, k in enumerate(keep):
+            if k and ends[i] > epoch:
+                self.deferred[positions[i]] = (epoch, int(ends[i]))
+                keep[i] = False
 
 
 def finished_records(study: Any) -> list[tuple[Any, Any]]:
@@ -302,16 +310,20 @@ def record_trial(study: Any, trial: Any, index: int, value: float | None,
 
 
 def record_completion(study: Any, first: Any, value: float | None,
-                      rungs_: tuple[int, ...], dropped: int | None = None) -> None:
-    """Write a deferred trial (its ``first`` record) trained to its end: complete with
-    ``value`` and the values it reported before it was deferred (with ``value`` at its own
-    last epoch when that is a rung, as a trial trained through reports there), or failed
-    (None); or, ``dropped`` (the epoch), pruned where it was deferred, the last batch
-    having judged it again there (:meth:`BatchJudge._resumes`)."""
+                      rungs_: tuple[int, ...], dropped: int | None = None,
+                      reported: dict[int, float] | None = None) -> None:
+    """Write a deferred trial (its ``first`` record) trained to its end in the last batch:
+    complete with ``value`` and the values it reported, before it was deferred and
+    (``reported``: epoch -> value) at the rungs the last batch judged it at (with ``value``
+    at its own last epoch when that is a rung, as a trial trained through reports there),
+    or failed (None); or, ``dropped`` (the epoch), pruned at a rung of the last batch."""
     import optuna
 
     states = optuna.trial.TrialState
-    reported = dict(first.intermediate_values)
+    values = {**first.intermediate_values, **(reported or {})}
+    system = dict(first.system_attrs)
+    for epoch, v in (reported or {}).items():
+        system[f"{RUNG_ATTR}{rungs_.index(epoch)}"] = v
     end = first.user_attrs[END]
     user = dict(first.user_attrs)
     if dropped is not None:
@@ -319,8 +331,7 @@ def record_completion(study: Any, first: Any, value: float | None,
     else:
         state = states.COMPLETE if value is not None else states.FAIL
         if value is not None and end in rungs_:
-            reported[end] = value
+            values[end] = value
     study.add_trial(optuna.trial.create_trial(
         params=first.params, distributions=first.distributions, value=value, state=state,
-        intermediate_values=reported, system_attrs=dict(first.system_attrs),
-        user_attrs=user))
+        intermediate_values=values, system_attrs=system, user_attrs=user))

@@ -39,30 +39,29 @@ With ``pruner`` (multi-fidelity tuning, one held-out part) a batch's trials repo
 objective on the held-out rows at Optuna's successive-halving rungs (:func:`rungs`, in
 epochs) while they train, through a judge on their fit contexts
 (:class:`~selbench.execution.studies.BatchJudge`, :mod:`selbench.contract.judge`), and
-Optuna's ``SuccessiveHalvingPruner`` stops the losing ones (trials exactly tied at a rung
-ranked by index, so that no more go on than the rule promotes: see the judge): a training
-scheme drops them from the batch's model. A pruned trial is written ``PRUNED`` with its reported values and
-rungs (what a resumed study judges the rest of its batch against) and is never chosen.
+Optuna's successive-halving rule stops the losing ones, each judged against every trial
+that reached the rung (the batch's replicas reach it together; exact ties ranked by index,
+so that no more go on than the rule promotes; never at a trial's own last epoch: see the
+judge): a training scheme drops them from the batch's model. A pruned trial is written
+``PRUNED`` with its reported values and rungs (what a resumed study judges the rest of its
+batch against) and is never chosen.
 
-A batch that is not the study's last does not wait for its long survivors: once no trial it
-keeps will be judged again (no rung below its end) and one has more epochs ahead than
-behind, it stops them (:mod:`selbench.execution.studies`). A deferred trial is written
-``PRUNED`` with ``DEFERRED`` (the epoch) and ``END``, the later batches are asked from it as
-from a complete trial worth its last reported value, and the last batch trains it from the start
-beside its own trials, judges it again at the rung it was deferred at unless that is the
-first rung (Optuna's rule against every trial that reached the rung by then: ASHA's
-promotion when a trial resumes; :meth:`~selbench.execution.studies.BatchJudge._resumes`)
-and, kept, to its end, then writes the record that completes it (its value, the values it
-reported) or, dropped, the one that ends it pruned there (``DROPPED``). Without deferral, a
-batch whose best trial searches 400 epochs trains it alone for 300 epochs while the next
-batch waits: measured on the tuned digits experiment, S-MMCE joint, 20 TPE trials, one
-thread, 2026-12-02, 8.1x one untuned fit before, 5.6-5.7x with deferral, 4.7-5.3x in four
-runs with the judgement on resumption (a deferred trial the last batch outranked no longer
-trains 300 epochs beside the chosen one; the same trial chosen): ``perf/README.md``. A
-resumed study repeats it: the deferred trials the journal has not completed are the last
-batch's, whatever else it holds; a study extended to more trials continues from its journal,
-its former last batch's trials complete (not deferred), so its later asks are not those of a
-study run straight to the larger number.
+A batch that is not the study's last stops at its first rung: the trials it keeps there
+are deferred (:mod:`selbench.execution.studies`), written ``PRUNED`` with ``DEFERRED`` (the
+epoch) and ``END``, and the later batches are asked from them as from complete trials worth
+their value there. The last batch trains them from the start beside its own trials and
+judges them with its own at the rungs above, then writes the record that completes each
+(its value, the values it reported) or the one that ends it pruned at a rung
+(``DROPPED``). So the batches before the last cost one first rung each, and a trial that
+searches 400 epochs is paid for once, beside the others, and only when it wins at every
+rung: measured on the tuned digits experiment's S-MMCE joint (20 TPE trials, one thread,
+seed 0, 2026-12-02), 8.1x one untuned fit without deferral, 4.7-5.3x when a batch ran on
+past its first rung until its kept trials would not be judged again, 4.2x now
+(``perf/README.md``). A resumed study repeats it: the deferred trials the journal has not
+completed are the last batch's, whatever else it holds, and those it completed count at the
+rungs they reached; a study extended to more trials continues from its journal, its former
+last batch's trials complete (not deferred), so its later asks are not those of a study run
+straight to the larger number.
 """
 
 from __future__ import annotations
@@ -434,13 +433,13 @@ def _run_batch(study: Any, objective: _Objective, batch: range, todo: range, sam
     (and those after it, which the one-at-a-time study never reached), its error raised.
     In a pruned study the in-memory study also holds the batch's trials the journal has
     (added once the others are asked: what the pruner compares them with), and a trial the
-    pruner stops is written pruned. A batch that is not the study's ``last`` defers its
-    trials once none of them will be judged again
-    (:class:`~selbench.execution.studies.BatchJudge`): written deferred, asked from as
-    complete with their last reported value, and trained from the start to their end with
-    the last batch's trials (the deferred trials before ``batch.stop`` that the journal has
-    not completed), each then written complete, or pruned where it was deferred when the
-    last batch's judgement there drops it (:meth:`~selbench.execution.studies.BatchJudge._resumes`)."""
+    pruner stops is written pruned. A batch that is not the study's ``last`` defers the
+    trials it keeps at its first rung (:class:`~selbench.execution.studies.BatchJudge`):
+    written deferred, asked from as complete with their value there, and trained from the
+    start with the last batch's trials (the deferred trials before ``batch.stop`` that the
+    journal has not completed; those it completed count at the rungs they reached), judged
+    with them at the rungs above, each then written complete, or pruned where the last
+    batch stopped it."""
     import optuna
 
     pruner = studies.optuna_pruner(objective.pruner)
@@ -455,13 +454,16 @@ def _run_batch(study: Any, objective: _Objective, batch: range, todo: range, sam
     if pruner is not None:
         asking.add_trials([first for first, _ in records
                            if batch.start <= first.user_attrs[studies.INDEX] < todo.start])
+        completed = []
         if last:
             carried = [first for first, done in records
                        if studies.is_deferred(first) and done is None
                        and first.user_attrs[studies.INDEX] < batch.stop]
+            completed = [done for first, done in records
+                         if studies.DEFERRED in first.user_attrs and done is not None]
         judge = studies.BatchJudge(objective, [trial for trial, _ in asked],
                                    objective.splits[0][1], defer=not last, carried=carried,
-                                   study=asking, first=todo.start)
+                                   study=asking, first=todo.start, completed=completed)
     values, error = objective.values([chosen for _, chosen in asked] +
                                      [_decoded(t.params, objective.space) for t in carried],
                                      judge)
@@ -474,7 +476,7 @@ def _run_batch(study: Any, objective: _Objective, batch: range, todo: range, sam
     for position, first in enumerate(carried, start=len(asked)):
         if position < len(values):
             studies.record_completion(study, first, values[position], judge.rungs,
-                                      judge.pruned.get(position))
+                                      judge.pruned.get(position), judge.reported.get(position))
     if error is not None:
         raise error
 

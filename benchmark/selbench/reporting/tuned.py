@@ -117,10 +117,11 @@ def _scored(summary: dict[str, Any], train_beta: Any) -> str:
                 f"(Optuna's pruner: judged at epoch {first}, then at "
                 f"{pruner['reduction_factor']}× as many epochs each time, 1 in "
                 f"{pruner['reduction_factor']} going on"
-                + (f"; {summary['deferred']} trials (over its methods and seeds) kept past "
-                   "their last judgement were deferred to the study's last batch, "
-                   f"{summary.get('dropped', 0)} of them stopped there when judged again "
-                   "beside its trials" if summary.get("deferred") else "") + ")")
+                + (f"; {summary['deferred']} trials (over its methods and seeds) kept at "
+                   "the first judgement of a batch before the last were deferred to the "
+                   f"study's last batch, {summary.get('dropped', 0)} of them stopped there "
+                   "when judged again beside its trials" if summary.get("deferred") else "")
+                + ")")
     if folds > 1:
         return (f"each fitted on {folds - 1} of {folds} folds of the fitting rows (seeded, "
                 f"stratified by the backbone's correctness) and scored by {what} on the "
