@@ -6,10 +6,10 @@ its journal records look like and how a pruned batch is judged while it trains:
 * :func:`rungs` and :func:`optuna_pruner`: Optuna's successive-halving rungs (in epochs)
   and pruner of a spec's ``tuning.pruner``;
 * :class:`BatchJudge`: the :class:`~selbench.contract.judge.EpochJudge` on every trial of a
-  batch, which reports each trial's objective at a rung and applies Optuna's rule in index
-  order (:meth:`BatchJudge._promoted`), defers the survivors of a batch that is not the
-  study's last at its first rung (:meth:`BatchJudge._defer`) and, in the last batch, judges
-  the deferred trials it carries at the rungs above;
+  batch, which reports each trial's objective at a rung and applies Optuna's rule to the
+  batch's trials together (:meth:`BatchJudge._promoted`), defers the survivors of a batch
+  that is not the study's last at its first rung (:meth:`BatchJudge._defer`) and, in the
+  last batch, judges the deferred trials it carries at the rungs above;
 * :func:`record_trial`, :func:`record_completion`: a trial written to the journal (complete,
   failed, pruned or deferred; a deferred trial completed, or dropped, later);
 * :func:`finished_records`, :func:`is_deferred`, :func:`as_asked`: the journal read back,
@@ -145,7 +145,7 @@ class BatchJudge(EpochJudge):
         for done in completed:  # a resumed last batch: deferred trials it already wrote
             deferred_at = int(done.user_attrs[DEFERRED])
             for epoch, value in done.intermediate_values.items():
-                if deferred_at < epoch in self.rungs:
+                if epoch > deferred_at and epoch in self.rungs:
                     self.cohort.setdefault(int(epoch), []).append(
                         (int(done.user_attrs[INDEX]), float(value)))
 
