@@ -265,8 +265,9 @@ def test_a_pruned_spec_runs_the_same_inline_and_on_a_pool(tmp_path):
                              "reduction_factor": 2, "min_early_stopping_rate": 0}
     assert rec["pruned"] == sum(h["value"] is None for h in rec["history"]) > 0
     md = (tmp_path / "inline" / "leaderboard.md").read_text()
-    assert ("the losing trials stopped early by successive halving (Optuna's pruner: judged "
-            "at epoch 1, then at 2× as many epochs each time, 1 in 2 going on)") in md
+    assert ("the losing trials stopped early by successive halving (Optuna's rule, each "
+            "batch's trials together: judged at epoch 1, then at 2× as many epochs each time, "
+            "1 in 2 going on)") in md
 
 
 def test_the_python_search_takes_a_pruner():

@@ -114,7 +114,7 @@ def _scored(summary: dict[str, Any], train_beta: Any) -> str:
             "min_early_stopping_rate", 0)
         return (f"each fitted on {100 - held} % of the fitting rows and scored by {what} on "
                 f"the other {held} %, the losing trials stopped early by successive halving "
-                f"(Optuna's pruner: judged at epoch {first}, then at "
+                f"(Optuna's rule, each batch's trials together: judged at epoch {first}, then at "
                 f"{pruner['reduction_factor']}× as many epochs each time, 1 in "
                 f"{pruner['reduction_factor']} going on"
                 + (f"; {summary['deferred']} trials (over its methods and seeds) kept at "
