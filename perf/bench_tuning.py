@@ -36,6 +36,7 @@ engine steps against an untuned fit's (mean and worst seed).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -148,6 +149,13 @@ class EngineSteps:
         return value, (self.steps - before[0], self.replica_steps - before[1])
 
 
+@functools.cache
+def engine_steps() -> EngineSteps:
+    """The process's one :class:`EngineSteps`: it wraps the engine where it is called, so a
+    second one would wrap the first's wrapper (each ``--full`` method measured once more)."""
+    return EngineSteps()
+
+
 def timed(fn: Any, repeats: int) -> tuple[float, float, Any]:
     """(fastest wall seconds, fastest process CPU seconds, the last value) of ``repeats``
     calls of ``fn``: the tuning is timed as the untuned fit is (the best of ``--repeats``;
@@ -174,7 +182,7 @@ def measure(method: str, trials: int, seed: int, sampler: str, device: str, repe
     c = cell(method, seed, device, cache)
     make, fitting = c["make"], c["fitting"]
     make({}).fit(fitting)  # warm-up (first-call costs)
-    counter = EngineSteps() if "pruner" in type(c["tuning"]).model_fields else None
+    counter = engine_steps() if "pruner" in type(c["tuning"]).model_fields else None
     steps: dict[str, tuple[int, int]] = {}
 
     def counted(label: str, fn: Any) -> Any:
@@ -350,7 +358,7 @@ def quality(args: argparse.Namespace, methods: list[str]) -> list[str]:
 
         torch.set_num_threads(args.threads)
     pruner, lines = pruner_of(args), []
-    counter = EngineSteps()
+    counter = engine_steps()
     rule(f"quality: {args.trials} trials ({args.sampler}), pruned (successive halving, "
          f"min_epochs {args.min_epochs}, reduction factor {args.reduction_factor}) vs "
          f"unpruned, seeds 0-{args.seeds - 1}")
